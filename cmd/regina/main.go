@@ -1,0 +1,129 @@
+// Command regina is the Regina message broker: the Queen MQ HTTP API on
+// PostgreSQL, with exact, window-bounded deduplication of producer retries.
+//
+// Configuration comes from environment variables and flags (regina -h lists
+// them). SIGINT or SIGTERM stops it gracefully: it stops accepting requests,
+// drains every partition mailbox, answers every waiting request and exits; a
+// second signal exits at once.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+
+	"github.com/regina-mq/regina/actor"
+	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/wire"
+)
+
+func main() {
+	cfg, err := LoadConfig(os.Args[1:], envOrEmpty, os.Stderr)
+	if err != nil {
+		if errors.Is(err, errHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "regina:", err)
+		os.Exit(2)
+	}
+	log := newLogger(cfg)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal now kills the process
+	}()
+	if err := run(ctx, cfg, log, nil); err != nil {
+		log.Error().Err(err).Msg("regina stopped")
+		os.Exit(1)
+	}
+}
+
+var errHelp = flag.ErrHelp
+
+func newLogger(cfg Config) zerolog.Logger {
+	lvl, _ := zerolog.ParseLevel(cfg.LogLevel)
+	var l zerolog.Logger
+	console := cfg.LogFormat == "console" || (cfg.LogFormat == "auto" && isatty.IsTerminal(os.Stderr.Fd()))
+	if console {
+		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+	} else {
+		l = zerolog.New(os.Stderr)
+	}
+	return l.Level(lvl).With().Timestamp().Logger()
+}
+
+// run starts the broker and blocks until ctx is done, then shuts down in
+// order: stop accepting requests, drain actors, stop retention, close the
+// pool. When ready is not nil it receives the listen address once serving.
+func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- string) error {
+	openCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	store, err := sqlstore.Open(openCtx, sqlstore.Config{
+		URL: cfg.DatabaseURL, Schema: cfg.Schema, MaxConns: int32(cfg.PoolSize),
+		StatementTimeout: cfg.StatementTimeout, Logger: log.With().Str("component", "sqlstore").Logger(),
+	})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("open database (DATABASE_URL / PG_*): %w", err)
+	}
+	defer store.Close()
+
+	reg := actor.NewRegistry(store, actor.Config{
+		MailboxMaxItems: cfg.MailboxMaxItems, MailboxMaxBytes: cfg.MailboxMaxBytes,
+		BatchMaxItems: cfg.BatchMaxItems, BatchMaxBytes: cfg.BatchMaxBytes,
+		IdleTimeout: cfg.ActorIdle, Logger: log, BeforeBatch: cfg.beforeBatch,
+	})
+	srv := wire.New(reg, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+
+	ln, err := net.Listen("tcp", cfg.Addr())
+	if err != nil {
+		return fmt.Errorf("listen on %s (HOST/PORT): %w", cfg.Addr(), err)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	retCtx, stopRetention := context.WithCancel(context.Background())
+	retDone := make(chan struct{})
+	go func() {
+		defer close(retDone)
+		store.RunRetention(retCtx, cfg.RetentionInterval, cfg.RetentionBatchSize)
+	}()
+
+	log.Info().Str("addr", ln.Addr().String()).Str("schema", cfg.Schema).Msg("regina serving")
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = fmt.Errorf("serve: %w", err)
+	}
+
+	log.Info().Msg("shutting down: draining requests and mailboxes")
+	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer scancel()
+	// Close the actors first so requests still waiting on a mailbox are
+	// answered, while the server stops accepting and waits for handlers.
+	regErr := make(chan error, 1)
+	go func() { regErr <- reg.Close(sctx) }()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn().Err(err).Msg("http shutdown")
+	}
+	if err := <-regErr; err != nil {
+		log.Warn().Err(err).Msg("actor shutdown")
+	}
+	stopRetention()
+	<-retDone
+	log.Info().Msg("regina stopped")
+	return runErr
+}

@@ -1,0 +1,80 @@
+package sqlstore
+
+// queries holds the store's SQL, qualified with the configured schema.
+type queries struct {
+	ensurePartition  string
+	pushSegment      string
+	configure        string
+	deleteQueue      string
+	deletePartitions string
+	deleteSegments   string
+	deleteLogTxns    string
+	listQueues       string
+	retentionTargets string
+	purgeLogTxns     string
+	purgeSegments    string
+}
+
+const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl, priority,
+	delayed_processing, window_buffer, dead_letter_queue, dlq_after_max_retries,
+	retention_enabled, retention_seconds, completed_retention_seconds,
+	max_wait_time_seconds, encryption_enabled, dedup_window_seconds`
+
+func newQueries(schema string) queries {
+	q := queries{
+		ensurePartition: `SELECT partition_id, queue_id, window_seconds FROM queen.ensure_partition($1, $2, $3, $4)`,
+		pushSegment: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids
+			FROM queen.push_segment($1, $2, $3, $4, $5, $6, $7)`,
+		configure: `INSERT INTO queen.queues (name, namespace, task, ` + queueOptionColumns + `)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+			ON CONFLICT (name) DO UPDATE SET
+				namespace = EXCLUDED.namespace, task = EXCLUDED.task,
+				lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit,
+				retry_delay = EXCLUDED.retry_delay, max_size = EXCLUDED.max_size, ttl = EXCLUDED.ttl,
+				priority = EXCLUDED.priority, delayed_processing = EXCLUDED.delayed_processing,
+				window_buffer = EXCLUDED.window_buffer, dead_letter_queue = EXCLUDED.dead_letter_queue,
+				dlq_after_max_retries = EXCLUDED.dlq_after_max_retries,
+				retention_enabled = EXCLUDED.retention_enabled, retention_seconds = EXCLUDED.retention_seconds,
+				completed_retention_seconds = EXCLUDED.completed_retention_seconds,
+				max_wait_time_seconds = EXCLUDED.max_wait_time_seconds,
+				encryption_enabled = EXCLUDED.encryption_enabled,
+				dedup_window_seconds = EXCLUDED.dedup_window_seconds,
+				updated_at = now()
+			RETURNING id`,
+		deleteQueue:      `DELETE FROM queen.queues WHERE name = $1 RETURNING id`,
+		deletePartitions: `DELETE FROM queen.partitions WHERE queue_id = $1 RETURNING id`,
+		deleteSegments:   `DELETE FROM queen.segments WHERE partition_id = ANY($1::uuid[])`,
+		deleteLogTxns:    `DELETE FROM queen.log_txns WHERE partition_id = ANY($1::uuid[])`,
+		listQueues: `SELECT q.id, q.name, q.namespace, q.task, q.created_at,
+				(SELECT count(*) FROM queen.partitions p WHERE p.queue_id = q.id)::integer,
+				coalesce((SELECT sum(p.next_offset - coalesce(
+					(SELECT s.first_offset FROM queen.segments s WHERE s.partition_id = p.id
+					  ORDER BY s.first_offset LIMIT 1), p.next_offset))
+				  FROM queen.partitions p WHERE p.queue_id = q.id), 0)::bigint,
+				` + queueOptionColumns + `
+			FROM queen.queues q ORDER BY q.name`,
+		// Every partition with its queue's retention settings.
+		retentionTargets: `SELECT p.id, q.name, p.name,
+				GREATEST(q.dedup_window_seconds, q.completed_retention_seconds, $1::integer),
+				CASE WHEN q.retention_enabled AND q.retention_seconds > 0 THEN q.retention_seconds ELSE 0 END
+			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id`,
+		// One bounded, autocommitting step: the oldest expired rows of one
+		// partition, through the (partition_id, created_at) index.
+		purgeLogTxns: `DELETE FROM queen.log_txns l USING (
+				SELECT first_offset FROM queen.log_txns
+				 WHERE partition_id = $1 AND created_at < now() - make_interval(secs => $2)
+				 ORDER BY created_at LIMIT $3) d
+			WHERE l.partition_id = $1 AND l.first_offset = d.first_offset`,
+		purgeSegments: `DELETE FROM queen.segments s USING (
+				SELECT first_offset FROM queen.segments
+				 WHERE partition_id = $1 AND created_at < now() - make_interval(secs => $2)
+				 ORDER BY created_at LIMIT $3) d
+			WHERE s.partition_id = $1 AND s.first_offset = d.first_offset`,
+	}
+	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.configure, &q.deleteQueue,
+		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
+		&q.retentionTargets, &q.purgeLogTxns, &q.purgeSegments} {
+		*p = qualify(*p, schema)
+	}
+	return q
+}

@@ -1,0 +1,122 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/regina-mq/regina/partition"
+)
+
+// ConfiguredQueue is the result of Configure.
+type ConfiguredQueue struct {
+	QueueID            partition.UUID
+	DefaultPartitionID partition.UUID
+	Namespace, Task    string
+	Options            partition.QueueOptions
+}
+
+// DefaultPartition is the name of the partition a push uses when it names none.
+const DefaultPartition = "Default"
+
+// Configure creates or fully replaces the options of a queue (every option is
+// written, so one left out by the caller reverts to its default) and makes
+// sure its Default partition exists.
+func (s *Store) Configure(ctx context.Context, queue, namespace, task string, o partition.QueueOptions) (ConfiguredQueue, error) {
+	out := ConfiguredQueue{Namespace: namespace, Task: task, Options: o}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, s.sql.configure, queue, namespace, task,
+			o.LeaseTime, o.RetryLimit, o.RetryDelay, o.MaxSize, o.TTL, o.Priority,
+			o.DelayedProcessing, o.WindowBuffer, o.DeadLetterQueue, o.DLQAfterMaxRetries,
+			o.RetentionEnabled, o.RetentionSeconds, o.CompletedRetentionSeconds,
+			o.MaxWaitTimeSeconds, o.EncryptionEnabled, o.DedupWindowSeconds,
+		).Scan((*uuidScanner)(&out.QueueID))
+		if err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, s.sql.ensurePartition, queue, DefaultPartition, namespace, task).
+			Scan((*uuidScanner)(&out.DefaultPartitionID), new(uuidScanner), new(int))
+	})
+	if err != nil {
+		return out, fmt.Errorf("configure %s: %w", queue, classify(err))
+	}
+	return out, nil
+}
+
+// DeleteQueue deletes a queue with its partitions, segments and hashes, in one
+// transaction. It reports whether the queue existed and the ids of the
+// partitions it removed.
+func (s *Store) DeleteQueue(ctx context.Context, queue string) (existed bool, partitions []partition.UUID, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var qid [16]byte
+		if err := tx.QueryRow(ctx, s.sql.deleteQueue, queue).Scan(&qid); err != nil {
+			if err == pgx.ErrNoRows {
+				return nil
+			}
+			return err
+		}
+		existed = true
+		rows, err := tx.Query(ctx, s.sql.deletePartitions, qid)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			partitions = append(partitions, id)
+		}
+		if _, err := tx.Exec(ctx, s.sql.deleteSegments, ids); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, s.sql.deleteLogTxns, ids)
+		return err
+	})
+	if err != nil {
+		return false, nil, fmt.Errorf("delete queue %s: %w", queue, classify(err))
+	}
+	return existed, partitions, nil
+}
+
+// QueueSummary is one queue in the resources listing.
+type QueueSummary struct {
+	ID              partition.UUID
+	Name            string
+	Namespace, Task string
+	CreatedAt       time.Time
+	Partitions      int
+	// Messages is the number of messages currently stored (offsets not yet
+	// removed by retention).
+	Messages int64
+	Options  partition.QueueOptions
+}
+
+// ListQueues returns every queue, by name.
+func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
+	rows, err := s.pool.Query(ctx, s.sql.listQueues)
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []QueueSummary
+	for rows.Next() {
+		var q QueueSummary
+		o := &q.Options
+		if err := rows.Scan((*uuidScanner)(&q.ID), &q.Name, &q.Namespace, &q.Task, &q.CreatedAt,
+			&q.Partitions, &q.Messages,
+			&o.LeaseTime, &o.RetryLimit, &o.RetryDelay, &o.MaxSize, &o.TTL, &o.Priority,
+			&o.DelayedProcessing, &o.WindowBuffer, &o.DeadLetterQueue, &o.DLQAfterMaxRetries,
+			&o.RetentionEnabled, &o.RetentionSeconds, &o.CompletedRetentionSeconds,
+			&o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.DedupWindowSeconds); err != nil {
+			return nil, fmt.Errorf("list queues: %w", classify(err))
+		}
+		out = append(out, q)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list queues: %w", classify(err))
+	}
+	return out, nil
+}

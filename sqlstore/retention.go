@@ -1,0 +1,108 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/regina-mq/regina/partition"
+)
+
+// RetentionStats counts what one retention pass deleted.
+type RetentionStats struct {
+	Partitions int
+	LogTxns    int64
+	Segments   int64
+}
+
+type retentionTarget struct {
+	id                 [16]byte
+	queue, part        string
+	sidecarSeconds     int
+	segmentRetentionSe int
+}
+
+// RetainOnce runs one retention pass over every partition: it deletes
+// queen.log_txns rows older than GREATEST(dedup window,
+// completedRetentionSeconds, 900) seconds, and, on queues with retention
+// enabled, segments older than retentionSeconds. Each DELETE removes at most
+// batchSize rows and commits on its own, so no lock is held for long.
+func (s *Store) RetainOnce(ctx context.Context, batchSize int) (RetentionStats, error) {
+	var st RetentionStats
+	if batchSize <= 0 {
+		batchSize = 1000
+	}
+	rows, err := s.pool.Query(ctx, s.sql.retentionTargets, partition.MinSidecarRetentionSeconds)
+	if err != nil {
+		return st, fmt.Errorf("retention: list partitions: %w", classify(err))
+	}
+	var targets []retentionTarget
+	for rows.Next() {
+		var t retentionTarget
+		if err := rows.Scan(&t.id, &t.queue, &t.part, &t.sidecarSeconds, &t.segmentRetentionSe); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("retention: list partitions: %w", classify(err))
+		}
+		targets = append(targets, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("retention: list partitions: %w", classify(err))
+	}
+	for _, t := range targets {
+		st.Partitions++
+		n, err := s.purge(ctx, s.sql.purgeLogTxns, t.id, t.sidecarSeconds, batchSize)
+		st.LogTxns += n
+		if err != nil {
+			return st, fmt.Errorf("retention %s/%s: log_txns: %w", t.queue, t.part, err)
+		}
+		if t.segmentRetentionSe > 0 {
+			n, err := s.purge(ctx, s.sql.purgeSegments, t.id, t.segmentRetentionSe, batchSize)
+			st.Segments += n
+			if err != nil {
+				return st, fmt.Errorf("retention %s/%s: segments: %w", t.queue, t.part, err)
+			}
+		}
+	}
+	return st, nil
+}
+
+func (s *Store) purge(ctx context.Context, sql string, id [16]byte, seconds, batchSize int) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, sql, id, seconds, batchSize)
+		if err != nil {
+			return total, classify(err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batchSize) || ctx.Err() != nil {
+			return total, nil
+		}
+	}
+}
+
+// RunRetention runs RetainOnce every interval until ctx is done. Failures are
+// logged and retried at the next tick.
+func (s *Store) RunRetention(ctx context.Context, interval time.Duration, batchSize int) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		st, err := s.RetainOnce(ctx, batchSize)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn().Err(err).Msg("retention pass failed")
+			}
+			continue
+		}
+		if st.LogTxns > 0 || st.Segments > 0 {
+			s.log.Info().Int("partitions", st.Partitions).Int64("log_txns_deleted", st.LogTxns).
+				Int64("segments_deleted", st.Segments).Dur("took", time.Since(start)).Msg("retention pass")
+		}
+	}
+}

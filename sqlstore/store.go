@@ -1,0 +1,160 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+)
+
+// Sentinel errors. Callers test them with errors.Is.
+var (
+	// ErrPartitionMissing means the partition row is gone (its queue was
+	// deleted): resolve the partition again and retry.
+	ErrPartitionMissing = errors.New("partition no longer exists")
+	// ErrWindowChanged means the queue's deduplication was switched on or off
+	// since the caller last looked: nothing was written; collapse the batch
+	// according to the returned window and retry.
+	ErrWindowChanged = errors.New("deduplication window switched on or off")
+	// ErrOutcomeUnknown means the statement may or may not have committed (the
+	// connection broke after the request was sent, or COMMIT failed). The
+	// caller must report a retryable error, never success or a definite
+	// failure: the client's retry with the same transaction id is safe.
+	ErrOutcomeUnknown = errors.New("outcome unknown: the write may or may not have committed")
+	// ErrUnavailable means the database could not be reached before anything
+	// was sent; nothing was written.
+	ErrUnavailable = errors.New("database unavailable")
+)
+
+// Config configures a Store.
+type Config struct {
+	// URL is the PostgreSQL connection string (URL or key=value form).
+	URL string
+	// Schema holds Regina's tables; default "queen".
+	Schema string
+	// MaxConns is the pool size; default 16.
+	MaxConns int32
+	// StatementTimeout bounds every statement on the broker's connections; 0
+	// leaves the server default.
+	StatementTimeout time.Duration
+	// Logger receives the store's logs.
+	Logger zerolog.Logger
+}
+
+// Store is Regina's PostgreSQL state. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	schema string
+	log    zerolog.Logger
+	sql    queries
+}
+
+// Open connects, applies migrations and returns a ready Store.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Schema == "" {
+		cfg.Schema = "queen"
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 16
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	pcfg.MaxConns = cfg.MaxConns
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "regina"
+	if cfg.StatementTimeout > 0 {
+		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(cfg.StatementTimeout.Milliseconds())
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to %s:%d: %w", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, err)
+	}
+	if err := Migrate(ctx, pool, cfg.Schema); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Store{pool: pool, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema)}, nil
+}
+
+// Close waits for in-use connections to be returned and closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Schema returns the schema holding the store's tables.
+func (s *Store) Schema() string { return s.schema }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping: %w", classify(err))
+	}
+	return nil
+}
+
+// PoolStats describes the connection pool.
+type PoolStats struct {
+	Total, Idle, Acquired int32
+	EmptyAcquireCount     int64
+}
+
+// PoolStats returns the pool's current figures.
+func (s *Store) PoolStats() PoolStats {
+	st := s.pool.Stat()
+	return PoolStats{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(),
+		EmptyAcquireCount: st.EmptyAcquireCount()}
+}
+
+// classify maps a pgx error to the store's sentinels, wrapping the original.
+// An error that reached the server (a *pgconn.PgError) is a definite failure
+// of the statement and is returned as is; a broken connection after the
+// request was sent makes the outcome unknown.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if pgconn.SafeToRetry(err) {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	if pgconn.SafeToRetry(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+}
+
+// IsRetryable reports whether err leaves the client free to retry the same
+// request (unknown outcome, unavailable database, serialization failure,
+// deadlock, lock or statement timeout, server shutting down).
+func IsRetryable(err error) bool {
+	if errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrUnavailable) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "40", "53", "57", "08", "55":
+			// 40 rollback (serialization, deadlock), 53 insufficient resources,
+			// 57 operator intervention (query canceled, admin shutdown),
+			// 08 connection exception, 55 lock not available.
+			return true
+		}
+	}
+	return false
+}
+
+var _ = pgx.ErrNoRows

@@ -1,0 +1,106 @@
+package wire
+
+import (
+	"context"
+	"runtime"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/regina-mq/regina/partition"
+)
+
+// handleHealth serves GET /health: 200 when the database answers, else 503.
+func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	status, db, code := "healthy", "connected", fasthttp.StatusOK
+	if err := s.reg.Ping(c); err != nil {
+		status, db, code = "unhealthy", "disconnected", fasthttp.StatusServiceUnavailable
+	}
+	writeJSON(ctx, code, map[string]any{
+		"status": status, "database": db, "server": "Regina", "version": Version, "worker_id": 0,
+		"shared_state": map[string]any{"enabled": false},
+		"queen":        map[string]any{"worker_id": 0, "status": "active"},
+	})
+}
+
+// handleMetrics serves GET /metrics, the JSON summary Queen clients read.
+func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
+	st := s.reg.Stats()
+	ps := s.reg.PoolStats()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
+		"uptime":   int64(time.Since(s.started).Seconds()),
+		"requests": map[string]any{"total": 0, "rate": 0},
+		"messages": map[string]any{"queued": st.Queued, "duplicates": st.Duplicates, "batches": st.Batches,
+			"mailboxFull": st.MailboxFull, "pushFailures": st.PushFailures},
+		"actors":       st.Actors,
+		"mailboxDepth": st.MailboxDepth,
+		"database":     map[string]any{"poolSize": ps.Total, "idleConnections": ps.Idle, "waitingRequests": 0},
+		"memory":       map[string]any{"heapAlloc": ms.HeapAlloc, "sys": ms.Sys},
+		"cpu":          map[string]any{"goroutines": runtime.NumGoroutine()},
+	})
+}
+
+type queueView struct {
+	ID         string                 `json:"id"`
+	Name       string                 `json:"name"`
+	Namespace  string                 `json:"namespace"`
+	Task       string                 `json:"task"`
+	CreatedAt  string                 `json:"createdAt"`
+	Partitions int                    `json:"partitions"`
+	Messages   messageCounts          `json:"messages"`
+	Options    partition.QueueOptions `json:"options"`
+}
+
+type messageCounts struct {
+	Total      int64 `json:"total"`
+	Pending    int64 `json:"pending"`
+	Processing int64 `json:"processing"`
+}
+
+// handleListQueues serves GET /api/v1/resources/queues.
+func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
+	qs, err := s.reg.ListQueues(ctx)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	out := make([]queueView, 0, len(qs))
+	for _, q := range qs {
+		out = append(out, queueView{ID: q.ID.String(), Name: q.Name, Namespace: q.Namespace, Task: q.Task,
+			CreatedAt: timeMillis(q.CreatedAt), Partitions: q.Partitions,
+			Messages: messageCounts{Total: q.Messages, Pending: q.Messages}, Options: q.Options})
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"queues": out})
+}
+
+// handleGetQueue serves GET /api/v1/resources/queues/:queue.
+func (s *Server) handleGetQueue(ctx *fasthttp.RequestCtx, name string) {
+	qs, err := s.reg.ListQueues(ctx)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	for _, q := range qs {
+		if q.Name == name {
+			writeJSON(ctx, fasthttp.StatusOK, queueView{ID: q.ID.String(), Name: q.Name, Namespace: q.Namespace,
+				Task: q.Task, CreatedAt: timeMillis(q.CreatedAt), Partitions: q.Partitions,
+				Messages: messageCounts{Total: q.Messages, Pending: q.Messages}, Options: q.Options})
+			return
+		}
+	}
+	writeError(ctx, fasthttp.StatusNotFound, "Queue not found")
+}
+
+// handleDeleteQueue serves DELETE /api/v1/resources/queues/:queue.
+func (s *Server) handleDeleteQueue(ctx *fasthttp.RequestCtx, name string) {
+	existed, err := s.reg.DeleteQueue(ctx, name)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"deleted": true, "queue": name, "existed": existed})
+}

@@ -1,0 +1,152 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/segmentio/encoding/json"
+	"github.com/valyala/fasthttp"
+
+	"github.com/regina-mq/regina/partition"
+)
+
+type rawConfigure struct {
+	Queue     json.RawMessage            `json:"queue"`
+	Namespace json.RawMessage            `json:"namespace"`
+	Task      json.RawMessage            `json:"task"`
+	Options   map[string]json.RawMessage `json:"options"`
+}
+
+// ConfigureRequest is a decoded POST /api/v1/configure body.
+type ConfigureRequest struct {
+	Queue, Namespace, Task string
+	Options                partition.QueueOptions
+}
+
+// DecodeConfigure decodes and validates a configure body. Options left out
+// take their defaults (configure is a full replace); unknown options are
+// ignored, as upstream does.
+func DecodeConfigure(body []byte) (ConfigureRequest, error) {
+	var req ConfigureRequest
+	if err := checkBody(body); err != nil {
+		return req, err
+	}
+	if kindOf(body) != kindObject {
+		return req, errors.New("Request body must be a JSON object")
+	}
+	var raw rawConfigure
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return req, invalidJSON(err)
+	}
+	if kindOf(raw.Queue) != kindString {
+		return req, errors.New("queue is required")
+	}
+	q, err := rawString(raw.Queue)
+	if err != nil {
+		return req, errors.New("queue is required")
+	}
+	if err := checkName("queue", q); err != nil {
+		return req, err
+	}
+	req.Queue = q
+	// Non-string namespace/task are ignored, as upstream does.
+	if kindOf(raw.Namespace) == kindString {
+		req.Namespace, _ = rawString(raw.Namespace)
+	}
+	if kindOf(raw.Task) == kindString {
+		req.Task, _ = rawString(raw.Task)
+	}
+	req.Options = partition.DefaultQueueOptions()
+	o := &req.Options
+	ints := []struct {
+		name string
+		dst  *int
+	}{
+		{"leaseTime", &o.LeaseTime}, {"retryLimit", &o.RetryLimit}, {"retryDelay", &o.RetryDelay},
+		{"maxSize", &o.MaxSize}, {"ttl", &o.TTL}, {"priority", &o.Priority},
+		{"delayedProcessing", &o.DelayedProcessing}, {"windowBuffer", &o.WindowBuffer},
+		{"retentionSeconds", &o.RetentionSeconds}, {"completedRetentionSeconds", &o.CompletedRetentionSeconds},
+		{"maxWaitTimeSeconds", &o.MaxWaitTimeSeconds}, {"dedupWindowSeconds", &o.DedupWindowSeconds},
+	}
+	for _, f := range ints {
+		v, ok := raw.Options[f.name]
+		if !ok || kindOf(v) == kindNull {
+			continue
+		}
+		n, err := nonNegInt(v)
+		if err != nil {
+			return req, fmt.Errorf("options.%s %w", f.name, err)
+		}
+		*f.dst = n
+	}
+	bools := []struct {
+		name string
+		dst  *bool
+	}{
+		{"deadLetterQueue", &o.DeadLetterQueue}, {"dlqAfterMaxRetries", &o.DLQAfterMaxRetries},
+		{"retentionEnabled", &o.RetentionEnabled}, {"encryptionEnabled", &o.EncryptionEnabled},
+	}
+	for _, f := range bools {
+		v, ok := raw.Options[f.name]
+		if !ok || kindOf(v) == kindNull {
+			continue
+		}
+		if kindOf(v) != kindBool {
+			return req, fmt.Errorf("options.%s must be a boolean", f.name)
+		}
+		if err := json.Unmarshal(v, f.dst); err != nil {
+			return req, fmt.Errorf("options.%s must be a boolean", f.name)
+		}
+	}
+	if o.EncryptionEnabled {
+		return req, errors.New("options.encryptionEnabled is not supported by this broker")
+	}
+	return req, nil
+}
+
+// nonNegInt decodes a JSON number that is a whole number in [0, 2^31-1].
+func nonNegInt(v json.RawMessage) (int, error) {
+	if kindOf(v) != kindNumber {
+		return 0, errors.New("must be a number")
+	}
+	var f float64
+	if err := json.Unmarshal(v, &f); err != nil {
+		return 0, errors.New("must be a number")
+	}
+	if f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
+		return 0, errors.New("must be a whole number between 0 and 2147483647")
+	}
+	return int(f), nil
+}
+
+func (s *Server) handleConfigure(ctx *fasthttp.RequestCtx) {
+	req, err := DecodeConfigure(ctx.PostBody())
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	res, err := s.reg.Configure(ctx, req.Queue, req.Namespace, req.Task, req.Options)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, configureResponse{
+		Configured: true, QueueID: res.QueueID.String(), PartitionID: res.DefaultPartitionID.String(),
+		Queue: req.Queue, Namespace: res.Namespace, Task: res.Task, Options: res.Options,
+	})
+}
+
+type configureResponse struct {
+	Configured  bool                   `json:"configured"`
+	QueueID     string                 `json:"queueId"`
+	PartitionID string                 `json:"partitionId"`
+	Queue       string                 `json:"queue"`
+	Namespace   string                 `json:"namespace"`
+	Task        string                 `json:"task"`
+	Options     partition.QueueOptions `json:"options"`
+}
+
+// timeMillis formats t the way Queen's admin views do (milliseconds, UTC).
+func timeMillis(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }

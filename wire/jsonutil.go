@@ -1,0 +1,140 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/segmentio/encoding/json"
+)
+
+// MaxJSONDepth is the deepest nesting of arrays and objects a request body
+// may have. The decoder recurses per level, so unbounded depth could exhaust
+// the stack; no real client nests anywhere near this.
+const MaxJSONDepth = 512
+
+var (
+	errEmptyBody = errors.New("Empty request body")
+	errTooDeep   = errors.New("Invalid JSON: nesting deeper than 512 levels")
+	errBadUTF8   = errors.New("Invalid JSON: body is not valid UTF-8")
+)
+
+// checkBody rejects bodies that are empty, not UTF-8 or nested too deep,
+// before any decoder sees them.
+func checkBody(b []byte) error {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return errEmptyBody
+	}
+	if !utf8.Valid(b) {
+		return errBadUTF8
+	}
+	depth := 0
+	inStr := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inStr {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inStr = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr = true
+		case '[', '{':
+			depth++
+			if depth > MaxJSONDepth {
+				return errTooDeep
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return nil
+}
+
+// invalidJSON formats a decoder error the way Queen does.
+func invalidJSON(err error) error { return errors.New("Invalid JSON: " + err.Error()) }
+
+// rawKind classifies a raw JSON value by its first byte.
+type rawKind uint8
+
+const (
+	kindMissing rawKind = iota
+	kindNull
+	kindString
+	kindNumber
+	kindBool
+	kindArray
+	kindObject
+)
+
+func kindOf(raw json.RawMessage) rawKind {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return kindMissing
+	}
+	switch raw[0] {
+	case 'n':
+		return kindNull
+	case '"':
+		return kindString
+	case 't', 'f':
+		return kindBool
+	case '[':
+		return kindArray
+	case '{':
+		return kindObject
+	default:
+		return kindNumber
+	}
+}
+
+// rawString decodes a raw JSON string. The body was checked to be UTF-8.
+func rawString(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"':
+			b = append(b, '\\', '"')
+		case '\\':
+			b = append(b, '\\', '\\')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigit[c>>4], hexDigit[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+const hexDigit = "0123456789abcdef"
+
+func appendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }

@@ -1,0 +1,92 @@
+package wire
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/regina-mq/regina/actor"
+	"github.com/regina-mq/regina/partition"
+)
+
+// handlePush serves POST /api/v1/push: 201 with one result per item, in
+// request order. Items of different partitions commit independently; when
+// some partitions fail and others commit, the failed items say so
+// (status "failed", "error", "retryable"); when all fail, the status is 5xx.
+func (s *Server) handlePush(ctx *fasthttp.RequestCtx) {
+	items, err := DecodePush(ctx.PostBody())
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	if len(items) == 0 {
+		writeRaw(ctx, fasthttp.StatusCreated, []byte("[]"))
+		return
+	}
+	groups, refs := groupPush(items)
+	s.reg.Push(ctx, groups)
+
+	var failed error
+	ok := 0
+	for _, g := range groups {
+		if g.Err != nil {
+			failed = g.Err
+		} else {
+			ok++
+		}
+	}
+	if ok == 0 {
+		s.writeCoreError(ctx, failed)
+		return
+	}
+	b := make([]byte, 0, 64+len(items)*200)
+	b = append(b, '[')
+	for i := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		g := groups[refs[i].group]
+		b = appendPushResult(b, i, &items[i], g, refs[i].pos)
+	}
+	b = append(b, ']')
+	writeRaw(ctx, fasthttp.StatusCreated, b)
+}
+
+func appendPushResult(b []byte, index int, it *PushItem, g *actor.Group, pos int) []byte {
+	b = append(b, `{"index":`...)
+	b = appendInt(b, int64(index))
+	if g.Err != nil {
+		_, msg, retryable := errorStatus(g.Err)
+		b = append(b, `,"transaction_id":`...)
+		b = appendString(b, it.TransactionID)
+		b = append(b, `,"queueName":`...)
+		b = appendString(b, it.Queue)
+		b = append(b, `,"status":"failed","error":`...)
+		b = appendString(b, msg)
+		if retryable {
+			b = append(b, `,"retryable":true`...)
+		}
+		return append(b, '}')
+	}
+	r := g.Results[pos]
+	b = append(b, `,"message_id":"`...)
+	b = r.MessageID.AppendText(b)
+	b = append(b, `","transaction_id":`...)
+	b = appendString(b, it.TransactionID)
+	b = append(b, `,"queueName":`...)
+	b = appendString(b, it.Queue)
+	b = append(b, `,"status":"`...)
+	b = append(b, r.Status.String()...)
+	b = append(b, '"')
+	if r.Status == partition.StatusQueued {
+		b = append(b, `,"partition_id":"`...)
+		b = g.PartitionID.AppendText(b)
+		b = append(b, `","trace_id":`...)
+		if it.HasTrace {
+			b = append(b, '"')
+			b = it.TraceID.AppendText(b)
+			b = append(b, '"')
+		} else {
+			b = append(b, "null"...)
+		}
+	}
+	return append(b, '}')
+}

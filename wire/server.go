@@ -1,0 +1,248 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/segmentio/encoding/json"
+	"github.com/valyala/fasthttp"
+
+	"github.com/regina-mq/regina/actor"
+	"github.com/regina-mq/regina/sqlstore"
+)
+
+// Version is reported by /health.
+const Version = "0.1.0"
+
+// Config configures the HTTP server.
+type Config struct {
+	// MaxBodyBytes bounds a request body (default 64 MiB); larger bodies get
+	// 413.
+	MaxBodyBytes int
+	// ReadTimeout bounds reading one request, headers and body (default 60s),
+	// so a slow client cannot hold a connection forever.
+	ReadTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long (default 120s).
+	IdleTimeout time.Duration
+	// Logger receives the server's logs.
+	Logger zerolog.Logger
+}
+
+// Server serves the Queen HTTP API.
+type Server struct {
+	reg     *actor.Registry
+	cfg     Config
+	log     zerolog.Logger
+	srv     *fasthttp.Server
+	started time.Time
+}
+
+// New returns a server for the registry.
+func New(reg *actor.Registry, cfg Config) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 64 << 20
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = 60 * time.Second
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 120 * time.Second
+	}
+	s := &Server{reg: reg, cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now()}
+	s.srv = &fasthttp.Server{
+		Handler:                       s.Handle,
+		Name:                          "regina",
+		MaxRequestBodySize:            cfg.MaxBodyBytes,
+		ReadTimeout:                   cfg.ReadTimeout,
+		IdleTimeout:                   cfg.IdleTimeout,
+		DisableHeaderNamesNormalizing: false,
+		NoDefaultServerHeader:         false,
+		ErrorHandler:                  s.handleReadError,
+		Logger:                        fasthttpLogger{s.log},
+	}
+	return s
+}
+
+// Serve accepts connections on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting connections and waits for open requests to finish
+// (or ctx to end).
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+
+type fasthttpLogger struct{ l zerolog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) { f.l.Debug().Msgf(format, args...) }
+
+// handleReadError answers requests that failed before routing.
+func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
+	var tooLarge bool
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) || strings.Contains(err.Error(), "body size exceeds") {
+		tooLarge = true
+	}
+	if tooLarge {
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "Request body exceeds the limit of "+itoa(s.cfg.MaxBodyBytes)+" bytes")
+		return
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		writeError(ctx, fasthttp.StatusRequestTimeout, "Request timeout")
+		return
+	}
+	writeError(ctx, fasthttp.StatusBadRequest, "Bad request: "+err.Error())
+}
+
+func setCORS(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Response.Header
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
+}
+
+// Handle routes one request.
+func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
+	setCORS(ctx)
+	if ctx.IsOptions() {
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		return
+	}
+	path := string(ctx.URI().PathOriginal())
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	method := string(ctx.Method())
+	switch {
+	case path == "/health":
+		s.onlyGet(ctx, method, s.handleHealth)
+	case path == "/metrics":
+		s.onlyGet(ctx, method, s.handleMetrics)
+	case path == "/api/v1/push":
+		s.onlyPost(ctx, method, s.handlePush)
+	case path == "/api/v1/configure":
+		s.onlyPost(ctx, method, s.handleConfigure)
+	case path == "/api/v1/resources/queues":
+		s.onlyGet(ctx, method, s.handleListQueues)
+	case strings.HasPrefix(path, "/api/v1/resources/queues/"):
+		name, ok := pathParam(path, "/api/v1/resources/queues/")
+		if !ok {
+			notFound(ctx)
+			return
+		}
+		switch method {
+		case "DELETE":
+			s.handleDeleteQueue(ctx, name)
+		case "GET":
+			s.handleGetQueue(ctx, name)
+		default:
+			methodNotAllowed(ctx, "GET, DELETE")
+		}
+	default:
+		notFound(ctx)
+	}
+}
+
+func (s *Server) onlyGet(ctx *fasthttp.RequestCtx, method string, h fasthttp.RequestHandler) {
+	if method != "GET" && method != "HEAD" {
+		methodNotAllowed(ctx, "GET")
+		return
+	}
+	h(ctx)
+}
+
+func (s *Server) onlyPost(ctx *fasthttp.RequestCtx, method string, h fasthttp.RequestHandler) {
+	if method != "POST" {
+		methodNotAllowed(ctx, "POST")
+		return
+	}
+	h(ctx)
+}
+
+// pathParam returns the single percent-decoded path segment after prefix.
+func pathParam(path, prefix string) (string, bool) {
+	rest := strings.TrimSuffix(path[len(prefix):], "/")
+	if rest == "" || strings.Contains(rest, "/") {
+		return "", false
+	}
+	v, err := url.PathUnescape(rest)
+	if err != nil {
+		return "", false
+	}
+	return v, true
+}
+
+func notFound(ctx *fasthttp.RequestCtx) { writeError(ctx, fasthttp.StatusNotFound, "Not Found") }
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set("Allow", allow+", OPTIONS")
+	writeError(ctx, fasthttp.StatusMethodNotAllowed, "Method Not Allowed")
+}
+
+// writeJSON writes v as the JSON body with the status.
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusInternalServerError, "encode response: "+err.Error())
+		return
+	}
+	writeRaw(ctx, status, b)
+}
+
+func writeRaw(ctx *fasthttp.RequestCtx, status int, b []byte) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// writeError writes {"error": msg}.
+func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
+	b := make([]byte, 0, len(msg)+16)
+	b = append(b, `{"error":`...)
+	b = appendString(b, msg)
+	b = append(b, '}')
+	writeRaw(ctx, status, b)
+}
+
+// errorStatus maps an error from the broker core to an HTTP status, the
+// message for the client and whether a retry is safe. It is the one place
+// where core errors become HTTP.
+func errorStatus(err error) (status int, msg string, retryable bool) {
+	switch {
+	case errors.Is(err, actor.ErrMailboxFull):
+		return fasthttp.StatusServiceUnavailable, "Partition mailbox is full; retry with backoff", true
+	case errors.Is(err, actor.ErrShuttingDown):
+		return fasthttp.StatusServiceUnavailable, "Broker is shutting down; retry on another broker or later", true
+	case errors.Is(err, sqlstore.ErrOutcomeUnknown):
+		return fasthttp.StatusServiceUnavailable, "Outcome unknown: the write may or may not have committed; " +
+			"retrying with the same transactionId is safe", true
+	case errors.Is(err, sqlstore.ErrUnavailable):
+		return fasthttp.StatusServiceUnavailable, "Database unavailable; nothing was written", true
+	case sqlstore.IsRetryable(err):
+		return fasthttp.StatusServiceUnavailable, "Database error; nothing was written; retry: " + err.Error(), true
+	default:
+		return fasthttp.StatusInternalServerError, "Database error; the write may or may not have committed; " +
+			"retrying with the same transactionId is safe: " + err.Error(), true
+	}
+}
+
+// writeCoreError answers with the mapping of errorStatus.
+func (s *Server) writeCoreError(ctx *fasthttp.RequestCtx, err error) {
+	status, msg, retryable := errorStatus(err)
+	if status >= 500 {
+		ctx.Response.Header.Set("Retry-After", "1")
+	}
+	b := make([]byte, 0, len(msg)+48)
+	b = append(b, `{"error":`...)
+	b = appendString(b, msg)
+	if retryable {
+		b = append(b, `,"retryable":true`...)
+	}
+	b = append(b, '}')
+	writeRaw(ctx, status, b)
+}
+
+func itoa(n int) string { return string(appendInt(nil, int64(n))) }
