@@ -58,17 +58,22 @@ func newQueries(schema string) queries {
 				GREATEST(q.dedup_window_seconds, q.completed_retention_seconds, $1::integer),
 				CASE WHEN q.retention_enabled AND q.retention_seconds > 0 THEN q.retention_seconds ELSE 0 END
 			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id`,
-		// One bounded, autocommitting step: the oldest expired rows of one
-		// partition, through the (partition_id, created_at) index.
+		// One bounded, autocommitting step: of the partition's oldest
+		// batchSize rows (by offset, through the primary key), those past the
+		// cutoff. created_at grows with the offset (up to the lock wait of a
+		// concurrent push), so expired rows form a prefix; reading a bounded
+		// prefix keeps a pass cheap even when nothing has expired.
 		purgeLogTxns: `DELETE FROM queen.log_txns l USING (
-				SELECT first_offset FROM queen.log_txns
-				 WHERE partition_id = $1 AND created_at < now() - make_interval(secs => $2)
-				 ORDER BY created_at LIMIT $3) d
+				SELECT first_offset FROM (
+					SELECT first_offset, created_at FROM queen.log_txns
+					 WHERE partition_id = $1 ORDER BY first_offset LIMIT $3) o
+				 WHERE o.created_at < now() - make_interval(secs => $2)) d
 			WHERE l.partition_id = $1 AND l.first_offset = d.first_offset`,
 		purgeSegments: `DELETE FROM queen.segments s USING (
-				SELECT first_offset FROM queen.segments
-				 WHERE partition_id = $1 AND created_at < now() - make_interval(secs => $2)
-				 ORDER BY created_at LIMIT $3) d
+				SELECT first_offset FROM (
+					SELECT first_offset, created_at FROM queen.segments
+					 WHERE partition_id = $1 ORDER BY first_offset LIMIT $3) o
+				 WHERE o.created_at < now() - make_interval(secs => $2)) d
 			WHERE s.partition_id = $1 AND s.first_offset = d.first_offset`,
 	}
 	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.configure, &q.deleteQueue,

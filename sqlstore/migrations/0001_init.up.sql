@@ -57,7 +57,6 @@ CREATE TABLE queen.segments (
 -- TOAST chunk instead of decompressing the whole segment, and pglz does not
 -- burn CPU on payloads that rarely compress.
 ALTER TABLE queen.segments ALTER COLUMN frames SET STORAGE EXTERNAL;
-CREATE INDEX segments_created_at ON queen.segments (partition_id, created_at);
 
 -- The hash sidecar: one row per pushed segment, written on every push whether
 -- deduplication is on or off. hashes[k] is the xxh3-128 of frame k's
@@ -72,7 +71,10 @@ CREATE TABLE queen.log_txns (
 -- The full-window probe is driven by this index. fastupdate = off matters: the
 -- default pending list makes every probe scan it (9x slower, see PERF.md).
 CREATE INDEX log_txns_hashes ON queen.log_txns USING gin (hashes) WITH (fastupdate = off);
-CREATE INDEX log_txns_created_at ON queen.log_txns (partition_id, created_at);
+-- Deliberately no (partition_id, created_at) index: under a generic plan the
+-- planner would pick it for the probe's time bound and scan a partition's
+-- whole window. Retention walks the primary key from the oldest offset
+-- instead (created_at grows with the offset).
 
 -- ensure_partition returns the partition (creating the queue and the partition
 -- when missing) and the queue's deduplication window.
@@ -176,19 +178,22 @@ BEGIN
 
     IF window_seconds > 0 THEN
         IF p_watermark < 0 THEN
-            -- Full-window probe, driven by the GIN index on hashes.
+            -- Full-window probe, driven by the GIN index on hashes. The
+            -- partition filter is written so that it cannot be an index
+            -- condition: with a generic plan the planner would otherwise pick
+            -- the primary key for it and scan the partition's whole window.
             SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}')
               INTO dup_idx, dup_ids
               FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
-                           coalesce(substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16),
+                           coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
+                                       FROM queen.segments s
+                                      WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
                                     '\x00000000000000000000000000000000'::bytea) AS mid
                       FROM queen.log_txns l
                      CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
                       JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
-                      LEFT JOIN queen.segments s
-                             ON s.partition_id = l.partition_id AND s.first_offset = l.first_offset
-                     WHERE l.partition_id = p_partition
-                       AND l.hashes && p_hashes
+                     WHERE l.hashes && p_hashes
+                       AND (l.partition_id = p_partition) IS TRUE
                        AND l.created_at > now() - make_interval(secs => window_seconds)
                      ORDER BY h.i, l.first_offset) d;
         ELSE
@@ -198,13 +203,13 @@ BEGIN
             SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}')
               INTO dup_idx, dup_ids
               FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
-                           coalesce(substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16),
+                           coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
+                                       FROM queen.segments s
+                                      WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
                                     '\x00000000000000000000000000000000'::bytea) AS mid
                       FROM queen.log_txns l
                      CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
                       JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
-                      LEFT JOIN queen.segments s
-                             ON s.partition_id = l.partition_id AND s.first_offset = l.first_offset
                      WHERE l.partition_id = p_partition
                        AND l.first_offset > p_watermark
                        AND l.created_at > now() - make_interval(secs => window_seconds)

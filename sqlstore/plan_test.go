@@ -1,0 +1,111 @@
+package sqlstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
+)
+
+// probePlans runs push_segment calls on one connection with auto_explain
+// logging the nested statements' plans back to the client, and returns the
+// plans of the probe statements (full-window and watermark).
+func probePlans(t *testing.T, schema string, calls func(ctx context.Context, conn *pgx.Conn)) (full, watermark []string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(sqlstoretest.URL(t))
+	require.NoError(t, err)
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for _, s := range []string{
+		"LOAD 'auto_explain'",
+		"SET auto_explain.log_min_duration = 0",
+		"SET auto_explain.log_nested_statements = on",
+		"SET auto_explain.log_analyze = on",
+		"SET auto_explain.log_buffers = on",
+		"SET auto_explain.log_level = notice",
+		"SET search_path = " + pgx.Identifier{schema}.Sanitize(),
+	} {
+		_, err := conn.Exec(ctx, s)
+		require.NoError(t, err, s)
+	}
+	calls(ctx, conn)
+	for _, n := range notices {
+		switch {
+		case strings.Contains(n, "l.hashes && p_hashes"):
+			full = append(full, n)
+		case strings.Contains(n, "l.first_offset > p_watermark"):
+			watermark = append(watermark, n)
+		}
+	}
+	return full, watermark
+}
+
+// TestProbePlansStayIndexDriven checks the plans PostgreSQL really runs for
+// the probes inside push_segment, including after plpgsql switches to a
+// cached generic plan, on a table where a partition-key scan would look
+// cheap: the full-window probe must go through the GIN index on hashes, the
+// watermark probe through the primary key, and neither may scan log_txns.
+func TestProbePlansStayIndexDriven(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := sqlstoretest.Open(t)
+	schema := st.Schema()
+	ref, err := st.EnsurePartition(ctx, "plans", "hot")
+	require.NoError(t, err)
+	pool := sqlstoretest.Pool(t)
+	q := func(s string) string { return strings.ReplaceAll(s, "queen.", pgx.Identifier{schema}.Sanitize()+".") }
+	// 300 other partitions with 50 segments of 10 hashes each, and 2000
+	// segments on the hot one: 35k rows, 350k hashes.
+	_, err = pool.Exec(ctx, q(`
+		INSERT INTO queen.log_txns (partition_id, first_offset, created_at, hashes)
+		SELECT CASE WHEN i < 15000 THEN md5('p' || (i % 300))::uuid ELSE $1::uuid END,
+		       CASE WHEN i < 15000 THEN (i / 300) * 10 ELSE (i - 15000) * 10 END,
+		       now() - interval '10 minutes',
+		       ARRAY(SELECT decode(md5(i || '-' || j), 'hex') FROM generate_series(1, 10) j)
+		  FROM generate_series(0, 34999) i`), [16]byte(ref.ID))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, q(`UPDATE queen.partitions SET next_offset = 200000 WHERE id = $1`), [16]byte(ref.ID))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, q(`ANALYZE queen.log_txns`))
+	require.NoError(t, err)
+
+	full, wm := probePlans(t, schema, func(ctx context.Context, conn *pgx.Conn) {
+		for i := range 8 {
+			for _, w := range []int64{sqlstore.NoWatermark, 199990} {
+				b := &sqlstore.PushBatch{Partition: ref.ID, WindowHint: 3600, Watermark: w}
+				id := partition.NewV7()
+				b.Add(partition.HashTxID(string(rune('a'+i))+"-"+string(rune('0'+w%7+1))), id,
+					&partition.Body{TransactionID: "x", Payload: []byte("1")})
+				var status string
+				err := conn.QueryRow(ctx, `SELECT status FROM push_segment($1, $2, $3, $4, $5, $6, $7)`,
+					[16]byte(b.Partition), b.WindowHint, b.Watermark, b.Hashes, b.IDs, b.Bodies, b.Ends).Scan(&status)
+				require.NoError(t, err)
+				require.Equal(t, "ok", status)
+			}
+		}
+	})
+	require.Len(t, full, 8)
+	require.Len(t, wm, 8)
+	for _, p := range full {
+		require.Contains(t, p, "log_txns_hashes", "full-window probe must use the GIN index:\n%s", p)
+		require.NotContains(t, p, "Seq Scan on log_txns", p)
+		require.NotContains(t, p, "Seq Scan on segments", p)
+	}
+	for _, p := range wm {
+		require.Contains(t, p, "log_txns_pkey", "watermark probe must use the primary key:\n%s", p)
+		require.NotContains(t, p, "log_txns_hashes", p)
+		require.NotContains(t, p, "Seq Scan", p)
+	}
+	t.Logf("last full-window plan:\n%s\nlast watermark plan:\n%s", full[len(full)-1], wm[len(wm)-1])
+}
