@@ -142,6 +142,11 @@ func DecodeBody(src []byte) (Body, []byte, error) {
 		if len(src) < 2+n+4 {
 			return b, nil, fmt.Errorf("%w: producer subject truncated", ErrCorruptSegment)
 		}
+		if n == 0 {
+			// The encoder never sets the flag for an empty subject; accepting
+			// it would give one body two encodings.
+			return b, nil, fmt.Errorf("%w: empty producer subject", ErrCorruptSegment)
+		}
 		b.ProducerSub = string(src[2 : 2+n])
 		src = src[2+n:]
 	}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ProcSample is one reading of a process's CPU time and resident memory.
+type ProcSample struct {
+	At       time.Time
+	CPUTicks uint64 // utime + stime, in clock ticks
+	RSSBytes int64
+}
+
+// ProcSampler reads /proc/PID/stat and /proc/PID/status.
+type ProcSampler struct {
+	PID    int
+	ClkTck float64
+	root   string // "/proc", replaced in tests
+}
+
+// NewProcSampler samples process pid.
+func NewProcSampler(pid int) *ProcSampler {
+	return &ProcSampler{PID: pid, ClkTck: clockTicks(), root: "/proc"}
+}
+
+// Sample reads the process's current CPU ticks and RSS.
+func (p *ProcSampler) Sample(now time.Time) (ProcSample, error) {
+	dir := filepath.Join(p.root, strconv.Itoa(p.PID))
+	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return ProcSample{}, err
+	}
+	ut, st, err := parseStat(string(stat))
+	if err != nil {
+		return ProcSample{}, err
+	}
+	status, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		return ProcSample{}, err
+	}
+	kb, err := parseStatusRSS(string(status))
+	if err != nil {
+		return ProcSample{}, err
+	}
+	return ProcSample{At: now, CPUTicks: ut + st, RSSBytes: kb * 1024}, nil
+}
+
+// Cores is the average number of cores the process used between a and b.
+func (p *ProcSampler) Cores(a, b ProcSample) float64 {
+	wall := b.At.Sub(a.At).Seconds()
+	if wall <= 0 || b.CPUTicks < a.CPUTicks || p.ClkTck <= 0 {
+		return 0
+	}
+	return float64(b.CPUTicks-a.CPUTicks) / p.ClkTck / wall
+}
+
+// parseStat returns utime and stime (fields 14 and 15) of a /proc/PID/stat
+// line. The command name (field 2) may hold spaces and parentheses, so the
+// fields are counted from the last ')'.
+func parseStat(s string) (utime, stime uint64, err error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0, errors.New("stat: no ')'")
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, 0, fmt.Errorf("stat: %d fields after comm", len(f))
+	}
+	if utime, err = strconv.ParseUint(f[11], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("stat utime: %w", err)
+	}
+	if stime, err = strconv.ParseUint(f[12], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("stat stime: %w", err)
+	}
+	return utime, stime, nil
+}
+
+// parseStatusRSS returns VmRSS in kB from /proc/PID/status.
+func parseStatusRSS(s string) (int64, error) {
+	for line := range strings.Lines(s) {
+		rest, ok := strings.CutPrefix(line, "VmRSS:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			break
+		}
+		return strconv.ParseInt(f[0], 10, 64)
+	}
+	return 0, errors.New("status: no VmRSS")
+}
+
+// clockTicks returns the kernel's USER_HZ (AT_CLKTCK from the auxiliary
+// vector), 100 when it cannot be read.
+func clockTicks() float64 {
+	b, err := os.ReadFile("/proc/self/auxv")
+	if err == nil && strconv.IntSize == 64 {
+		for len(b) >= 16 {
+			k := binary.LittleEndian.Uint64(b)
+			v := binary.LittleEndian.Uint64(b[8:])
+			if k == 17 && v > 0 { // AT_CLKTCK
+				return float64(v)
+			}
+			if k == 0 {
+				break
+			}
+			b = b[16:]
+		}
+	}
+	return 100
+}
+
+// FindBrokerPID looks for the broker's process: first the owner of the TCP
+// socket listening on port, then a single process whose command name is
+// "regina". It returns 0 and a reason when it finds none or several.
+func FindBrokerPID(port int) (int, string) {
+	return findBrokerPID("/proc", port)
+}
+
+func findBrokerPID(root string, port int) (int, string) {
+	if port > 0 {
+		if pid := listenerPID(root, port); pid > 0 {
+			return pid, fmt.Sprintf("listening on port %d", port)
+		}
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return 0, err.Error()
+	}
+	var found []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join(root, e.Name(), "comm"))
+		if err == nil && string(bytes.TrimSpace(comm)) == "regina" {
+			found = append(found, pid)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return 0, "no process named regina"
+	case 1:
+		return found[0], "the only process named regina"
+	default:
+		return 0, fmt.Sprintf("%d processes named regina %v, none listening on port %d; pass -pid", len(found), found, port)
+	}
+}
+
+// listenerPID finds the process holding a TCP socket in LISTEN state on
+// port, via /proc/net/tcp{,6} and /proc/PID/fd. 0 when none is visible.
+func listenerPID(root string, port int) int {
+	inodes := map[string]bool{}
+	for _, name := range []string{"net/tcp", "net/tcp6"} {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			continue
+		}
+		for ino := range listenInodes(string(b), port) {
+			inodes[ino] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return 0
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		fdDir := filepath.Join(root, e.Name(), "fd")
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			link, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+			if err != nil {
+				continue
+			}
+			if ino, ok := strings.CutPrefix(link, "socket:["); ok && inodes[strings.TrimSuffix(ino, "]")] {
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// listenInodes returns the inodes of sockets in /proc/net/tcp format
+// listening (state 0A) on port.
+func listenInodes(table string, port int) map[string]bool {
+	out := map[string]bool{}
+	want := fmt.Sprintf(":%04X", port)
+	for line := range strings.Lines(table) {
+		f := strings.Fields(line)
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		if len(f) < 10 || f[3] != "0A" || !strings.HasSuffix(f[1], want) {
+			continue
+		}
+		out[f[9]] = true
+	}
+	return out
+}

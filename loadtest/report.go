@@ -1,0 +1,217 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the run's configuration as given by the flags.
+type Config struct {
+	URL         string  `json:"url"`
+	Queue       string  `json:"queue"`
+	Connections int     `json:"connections"`
+	Partitions  int     `json:"partitions"`
+	Items       int     `json:"items"`
+	Payload     int     `json:"payload_bytes"`
+	DupRatio    float64 `json:"dup_ratio"`
+	DupRing     int     `json:"dup_ring"`
+	Rate        float64 `json:"rate"`
+	Duration    string  `json:"duration"`
+	Warmup      string  `json:"warmup"`
+	DedupWindow int     `json:"dedup_window"`
+	Reset       bool    `json:"reset"`
+	Retries     int     `json:"retries"`
+	Timeout     string  `json:"timeout"`
+	PID         int     `json:"pid"`
+	Label       string  `json:"label"`
+}
+
+// Latency holds push latency figures in milliseconds.
+type Latency struct {
+	Count uint64  `json:"count"`
+	Min   float64 `json:"min_ms"`
+	Mean  float64 `json:"mean_ms"`
+	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
+	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+// LatencyOf summarises a histogram.
+func LatencyOf(h *Histogram) Latency {
+	return Latency{
+		Count: h.Count(),
+		Min:   ms(h.Min()),
+		Mean:  ms(h.Mean()),
+		P50:   ms(h.Quantile(0.50)),
+		P90:   ms(h.Quantile(0.90)),
+		P99:   ms(h.Quantile(0.99)),
+		P999:  ms(h.Quantile(0.999)),
+		Max:   ms(h.Max()),
+	}
+}
+
+// Broker holds the broker process figures; nil fields are unknown.
+type Broker struct {
+	PID      int      `json:"pid,omitempty"`
+	Found    string   `json:"found,omitempty"`
+	RSSMax   *float64 `json:"rss_max_mib,omitempty"`
+	RSSLast  *float64 `json:"rss_last_mib,omitempty"`
+	CPUCores *float64 `json:"cpu_cores,omitempty"`
+	// ClkTck is the tick rate used to turn utime+stime into seconds.
+	ClkTck float64 `json:"clk_tck,omitempty"`
+}
+
+// Report is everything a run measured.
+type Report struct {
+	Label     string    `json:"label"`
+	RunID     string    `json:"run_id"`
+	StartedAt time.Time `json:"started_at"`
+	Config    Config    `json:"config"`
+	// Mode is "closed" (as fast as possible) or "open" (target rate).
+	Mode string `json:"mode"`
+	// WindowSeconds is the measured window: from the end of the warmup to
+	// the last answer of a measured push.
+	WindowSeconds float64 `json:"window_seconds"`
+	MsgsPerSec    float64 `json:"msgs_per_sec"`
+	PushesPerSec  float64 `json:"pushes_per_sec"`
+	// Totals over the measured window; AllTotals include the warmup.
+	Totals    Totals `json:"totals"`
+	AllTotals Totals `json:"all_totals"`
+	// Latency of measured pushes answered 201 (including retries), from
+	// the intended send time; ErrorLatency of the others.
+	Latency      Latency `json:"latency"`
+	ErrorLatency Latency `json:"error_latency"`
+	// Open loop only: pushes the schedule planned and how many of them the
+	// generator never sent because every worker was busy at the end.
+	Planned int64 `json:"planned_pushes,omitempty"`
+	Unsent  int64 `json:"unsent_pushes,omitempty"`
+	// MaxLagMs is the largest delay between a push's intended and actual
+	// send time (open loop).
+	MaxLagMs float64 `json:"max_send_lag_ms,omitempty"`
+	Broker   Broker  `json:"broker"`
+	Series   []Point `json:"series"`
+}
+
+// fmtNum prints a count or rate without a fractional part.
+func fmtNum(v float64) string { return strconv.FormatFloat(math.Round(v), 'f', 0, 64) }
+
+// fmtMs prints milliseconds with three significant decimals for small
+// values and fewer for large ones.
+func fmtMs(v float64) string {
+	switch {
+	case v < 10:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	case v < 1000:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+}
+
+func fmtOpt(v *float64, prec int) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', prec, 64)
+}
+
+// cleanLabel makes a label safe for a key=value line.
+func cleanLabel(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.Map(func(r rune) rune {
+		if r <= ' ' || r == '=' || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// SummaryLine is the one-line summary printed last on stdout.
+func (r *Report) SummaryLine() string {
+	return fmt.Sprintf("loadtest: label=%s msgs/s=%s pushes/s=%s p50=%s p99=%s p999=%s queued=%d duplicate=%d errors=%d rss_mb=%s cpu=%s",
+		cleanLabel(r.Label),
+		fmtNum(r.MsgsPerSec), fmtNum(r.PushesPerSec),
+		fmtMs(r.Latency.P50), fmtMs(r.Latency.P99), fmtMs(r.Latency.P999),
+		r.Totals.Queued, r.Totals.Duplicate, r.Totals.Errors(),
+		fmtOpt(r.Broker.RSSMax, 1), fmtOpt(r.Broker.CPUCores, 2))
+}
+
+// WriteText writes the human-readable report.
+func (r *Report) WriteText(w io.Writer) {
+	t := &r.Totals
+	c := &r.Config
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	p("== regina-loadtest %s (run %s)", r.Label, r.RunID)
+	rate := "closed loop"
+	if r.Mode == "open" {
+		rate = fmt.Sprintf("open loop at %s pushes/s", fmtNum(c.Rate))
+	}
+	p("target      %s queue=%s, %s", c.URL, c.Queue, rate)
+	p("shape       %d connections, %d partitions, %d items/push, %d B payload, dup-ratio %.2f, retries %d",
+		c.Connections, c.Partitions, c.Items, c.Payload, c.DupRatio, c.Retries)
+	p("window      %.2fs measured (warmup %s excluded)", r.WindowSeconds, c.Warmup)
+	p("throughput  %s msgs/s, %s pushes/s", fmtNum(r.MsgsPerSec), fmtNum(r.PushesPerSec))
+	p("items       %d total: %d queued, %d duplicate, %d failed in 201, %d not acknowledged", t.Items, t.Queued, t.Duplicate, t.FailedItems, t.ErrorItems)
+	p("pushes      %d total: %d answered 201, %s, %d network errors, %d bad answers, %d retries",
+		t.Pushes, t.OKPushes, fmtHTTPErrors(t.HTTPErrors), t.NetworkErrors, t.BadAnswers, t.Retries)
+	if c.DupRatio > 0 || t.FreshDuplicate > 0 {
+		p("dedup       %d resent pushes (%d items: %d duplicate, %d queued again); %d fresh items answered duplicate (+%d after a retry)",
+			t.ResentPushes, t.ResentItems, t.ResentDuplicate, t.ResentQueued, t.FreshDuplicate, t.FreshDuplicateRetry)
+	}
+	if r.Mode == "open" {
+		p("schedule    %d pushes planned, %d never sent (backlog at the end), max send lag %s ms", r.Planned, r.Unsent, fmtMs(r.MaxLagMs))
+	}
+	l := &r.Latency
+	p("latency ms  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s  (%d pushes answered 201)",
+		fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), fmtMs(l.Mean), l.Count)
+	if e := &r.ErrorLatency; e.Count > 0 {
+		p("errors ms   p50 %s  p99 %s  max %s  (%d pushes not answered 201)", fmtMs(e.P50), fmtMs(e.P99), fmtMs(e.Max), e.Count)
+	}
+	if t.LastError != "" {
+		p("last error  %s", t.LastError)
+	}
+	b := &r.Broker
+	if b.PID > 0 {
+		p("broker      pid %d (%s): RSS max %s MiB, last %s MiB; CPU %s cores on average",
+			b.PID, b.Found, fmtOpt(b.RSSMax, 1), fmtOpt(b.RSSLast, 1), fmtOpt(b.CPUCores, 2))
+	} else {
+		p("broker      process unknown (%s): no RSS/CPU", b.Found)
+	}
+}
+
+func fmtHTTPErrors(m map[int]int64) string {
+	if len(m) == 0 {
+		return "0 HTTP errors"
+	}
+	codes := make([]int, 0, len(m))
+	var n int64
+	for k, v := range m {
+		codes = append(codes, k)
+		n += v
+	}
+	sort.Ints(codes)
+	parts := make([]string, len(codes))
+	for i, k := range codes {
+		parts[i] = fmt.Sprintf("%d×%d", m[k], k)
+	}
+	return fmt.Sprintf("%d HTTP errors (%s)", n, strings.Join(parts, ", "))
+}
+
+// ProgressLine is the live line printed once a second.
+func ProgressLine(p Point, all Totals) string {
+	w := ""
+	if p.Warmup {
+		w = " warmup"
+	}
+	return fmt.Sprintf("[%5.1fs%s] %7s msgs/s %6s pushes/s p99 %7s ms | queued=%d duplicate=%d errors=%d",
+		p.T, w, fmtNum(p.MsgsPerSec), fmtNum(p.PushesPerSec), fmtMs(p.P99Ms), all.Queued, all.Duplicate, all.Errors())
+}

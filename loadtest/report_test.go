@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/encoding/json"
+	"github.com/stretchr/testify/require"
+)
+
+func fptr(v float64) *float64 { return &v }
+
+func TestSummaryLine(t *testing.T) {
+	t.Parallel()
+	r := &Report{
+		Label:        "storm 50%",
+		MsgsPerSec:   12345.6,
+		PushesPerSec: 1234.44,
+		Latency:      Latency{P50: 3.21049, P99: 45.678, P999: 1234.6},
+		Totals:       Totals{Queued: 100, Duplicate: 50, ErrorItems: 7},
+		Broker:       Broker{PID: 42, RSSMax: fptr(123.456), CPUCores: fptr(1.234)},
+	}
+	require.Equal(t,
+		"loadtest: label=storm_50% msgs/s=12346 pushes/s=1234 p50=3.210 p99=45.68 p999=1235 queued=100 duplicate=50 errors=7 rss_mb=123.5 cpu=1.23",
+		r.SummaryLine())
+
+	// Unknown broker process, empty label.
+	r = &Report{}
+	require.Equal(t,
+		"loadtest: label=- msgs/s=0 pushes/s=0 p50=0.000 p99=0.000 p999=0.000 queued=0 duplicate=0 errors=0 rss_mb=- cpu=-",
+		r.SummaryLine())
+}
+
+func TestSummaryLineKeysParse(t *testing.T) {
+	t.Parallel()
+	r := &Report{Label: "a=b c", Broker: Broker{RSSMax: fptr(1), CPUCores: fptr(0.5)}}
+	fields := strings.Fields(r.SummaryLine())
+	require.Equal(t, "loadtest:", fields[0])
+	var keys []string
+	for _, f := range fields[1:] {
+		k, v, ok := strings.Cut(f, "=")
+		require.True(t, ok, f)
+		require.NotEmpty(t, v, f)
+		keys = append(keys, k)
+	}
+	require.Equal(t, []string{"label", "msgs/s", "pushes/s", "p50", "p99", "p999", "queued", "duplicate", "errors", "rss_mb", "cpu"}, keys)
+}
+
+func TestWriteTextMentionsEverything(t *testing.T) {
+	t.Parallel()
+	r := &Report{
+		Label: "x", Mode: "open", Planned: 100, Unsent: 3,
+		Config:  Config{Rate: 1000, DupRatio: 0.5, Warmup: "1s"},
+		Totals:  Totals{Pushes: 10, HTTPErrors: map[int]int64{503: 2, 500: 1}, NetworkErrors: 1, Retries: 4, ResentPushes: 5, LastError: "HTTP 503: overloaded"},
+		Latency: Latency{P50: 1, Count: 6},
+		Broker:  Broker{Found: "no process named regina"},
+	}
+	var buf bytes.Buffer
+	r.WriteText(&buf)
+	out := buf.String()
+	for _, want := range []string{"open loop at 1000", "3 HTTP errors (1×500, 2×503)", "1 network errors", "4 retries", "5 resent pushes", "3 never sent", "HTTP 503: overloaded", "no process named regina"} {
+		require.Contains(t, out, want)
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	t.Parallel()
+	line := ProgressLine(Point{T: 3, MsgsPerSec: 20000, PushesPerSec: 2000, P99Ms: 12.5}, Totals{Queued: 5, Duplicate: 6, ErrorItems: 7})
+	require.Equal(t, "[  3.0s]   20000 msgs/s   2000 pushes/s p99   12.50 ms | queued=5 duplicate=6 errors=7", line)
+}
+
+func okResult(start time.Time, sent, lat time.Duration, queued, dup int, resent bool) *PushResult {
+	at := start.Add(sent)
+	return &PushResult{
+		Slot:   Slot{Intended: at, Start: at},
+		Done:   at.Add(lat),
+		Items:  queued + dup,
+		Resent: resent,
+		Final:  PushOutcome{Status: 201, Queued: queued, Duplicate: dup},
+	}
+}
+
+func TestRecorderWarmupSeriesAndTotals(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rec := NewRecorder(start, start.Add(time.Second))
+	ms := time.Millisecond
+	// Warmup second: 2 pushes.
+	rec.Record(okResult(start, 100*ms, 10*ms, 10, 0, false))
+	rec.Record(okResult(start, 500*ms, 10*ms, 10, 0, false))
+	require.Empty(t, rec.Roll(start.Add(900*ms)))
+	pts := rec.Roll(start.Add(1000 * ms))
+	require.Len(t, pts, 1)
+	require.True(t, pts[0].Warmup)
+	require.Equal(t, 20.0, pts[0].MsgsPerSec)
+
+	// Second 2: a fresh push, a resend, a 503 and a network error.
+	rec.Record(okResult(start, 1100*ms, 20*ms, 10, 0, false))
+	rec.Record(okResult(start, 1200*ms, 40*ms, 0, 10, true))
+	rec.Record(&PushResult{Slot: Slot{Intended: start.Add(1300 * ms)}, Done: start.Add(1301 * ms), Items: 10,
+		Final: PushOutcome{Status: 503}})
+	rec.Record(&PushResult{Slot: Slot{Intended: start.Add(1400 * ms)}, Done: start.Add(1500 * ms), Items: 10, Retries: 2})
+	// A push completing in second 3 closes second 2 itself.
+	rec.Record(okResult(start, 1990*ms, 20*ms, 9, 0, false))
+	last := rec.Finish(start.Add(2500 * ms))
+	require.Equal(t, start.Add(2010*ms), last)
+
+	all, m, hist, errHist, series, _ := rec.Snapshot()
+	require.Len(t, series, 3)
+	require.Equal(t, []float64{1, 2, 2.5}, []float64{series[0].T, series[1].T, series[2].T})
+	require.False(t, series[1].Warmup)
+	require.Equal(t, 10.0, series[1].MsgsPerSec-10) // 20 acked items in second 2
+	require.Equal(t, int64(20), series[1].Errors)
+	require.Equal(t, 4.0, series[1].PushesPerSec)
+	require.Equal(t, 0.5, series[2].Span)
+	require.Equal(t, 18.0, series[2].MsgsPerSec, "9 items over half a second")
+
+	require.Equal(t, int64(7), all.Pushes)
+	require.Equal(t, int64(5), m.Pushes, "warmup pushes excluded")
+	require.Equal(t, int64(19), m.Queued)
+	require.Equal(t, int64(10), m.Duplicate)
+	require.Equal(t, int64(20), m.ErrorItems)
+	require.Equal(t, m.Items, m.Queued+m.Duplicate+m.ErrorItems)
+	require.Equal(t, map[int]int64{503: 1}, m.HTTPErrors)
+	require.Equal(t, int64(1), m.NetworkErrors)
+	require.Equal(t, int64(2), m.Retries)
+	require.Equal(t, int64(1), m.ResentPushes)
+	require.Equal(t, int64(10), m.ResentDuplicate)
+	require.Zero(t, m.FreshDuplicate)
+	require.Equal(t, uint64(3), hist.Count())
+	require.Equal(t, 40*ms, hist.Max())
+	require.Equal(t, uint64(2), errHist.Count())
+}
+
+func TestReportJSON(t *testing.T) {
+	t.Parallel()
+	r := &Report{Label: "j", Totals: Totals{HTTPErrors: map[int]int64{503: 2}}, Broker: Broker{RSSMax: fptr(1.5)},
+		Series: []Point{{T: 1, Span: 1, MsgsPerSec: 10, P50Ms: 1, P99Ms: 2}}}
+	var buf bytes.Buffer
+	require.NoError(t, writeJSON("-", r, &buf))
+	var back map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &back))
+	require.Equal(t, map[string]any{"503": 2.0}, back["totals"].(map[string]any)["http_errors"])
+	require.Equal(t, 1.5, back["broker"].(map[string]any)["rss_max_mib"])
+	require.NotContains(t, back["broker"], "cpu_cores", "unknown figures are left out")
+	pt := back["series"].([]any)[0].(map[string]any)
+	require.Equal(t, 10.0, pt["msgs_per_sec"])
+	require.Equal(t, 2.0, pt["p99_ms"])
+}
