@@ -48,6 +48,10 @@ type scratch struct {
 	leaders []int
 	results []Result
 	pos     []int // leader item index -> position in the push batch
+	// hashes are the batch's leader hashes in batch order (the dedup
+	// cache's input); stored those of the leaders a push stored.
+	hashes [][16]byte
+	stored [][16]byte
 }
 
 func newActor(r *Registry, queue, part string) *actor {
@@ -164,7 +168,11 @@ func (a *actor) run() {
 // process runs one push transaction for the groups and answers them.
 func (a *actor) process(ctx context.Context, groups []*Group) {
 	if h := a.reg.cfg.BeforeBatch; h != nil {
-		h(a.queue, a.part)
+		n := 0
+		for _, g := range groups {
+			n += len(g.Items)
+		}
+		h(a.queue, a.part, n)
 	}
 	err := a.push(ctx, groups)
 	if err != nil {
@@ -213,17 +221,27 @@ func (a *actor) push(ctx context.Context, groups []*Group) error {
 			}
 		}
 		a.buildBatch(groups)
+		// The same window goes to the cache and, as WindowHint, to SQL,
+		// which ignores the watermark if the queue's window has grown.
+		a.batch.Watermark = a.watermark()
 		res, err := a.reg.store.Push(ctx, &a.batch)
 		switch {
 		case err == nil:
+			a.learn(&res)
 			a.ref.WindowSeconds = res.WindowSeconds
 			a.answer(groups, &res)
 			return nil
 		case errors.Is(err, sqlstore.ErrPartitionMissing):
+			// The queue was deleted (maybe through another broker): its
+			// partition id is never used again.
+			a.reg.cache.Forget(a.ref.ID)
 			a.resolved = false
 		case errors.Is(err, sqlstore.ErrWindowChanged):
 			a.ref.WindowSeconds = res.WindowSeconds
 		default:
+			// Nothing learned: the outcome may be unknown (a segment may
+			// have been written), so drop what the cache holds.
+			a.reg.cache.Forget(a.ref.ID)
 			return fmt.Errorf("push %s/%s: %w", a.queue, a.part, err)
 		}
 		lastErr = err
@@ -239,6 +257,7 @@ func (a *actor) buildBatch(groups []*Group) {
 	b.Partition = a.ref.ID
 	b.WindowHint = a.ref.WindowSeconds
 	b.Watermark = sqlstore.NoWatermark
+	s.hashes = s.hashes[:0]
 	now := time.Now().UnixMicro()
 	li := 0
 	idx := 0
@@ -250,7 +269,9 @@ func (a *actor) buildBatch(groups []*Group) {
 				s.results[idx] = Result{Status: partition.StatusQueued, MessageID: id}
 				body := partition.Body{CreatedAt: now, TransactionID: it.TransactionID, TraceID: it.TraceID,
 					HasTrace: it.HasTrace, Payload: it.Payload}
-				b.Add(partition.HashTxID(it.TransactionID), id, &body)
+				h := partition.HashTxID(it.TransactionID)
+				s.hashes = append(s.hashes, h)
+				b.Add(h, id, &body)
 				li++
 			}
 			idx++
@@ -287,4 +308,7 @@ func (a *actor) answer(groups []*Group, res *sqlstore.PushResult) {
 	a.reg.batches.Add(1)
 	a.reg.queued.Add(queued)
 	a.reg.duplicates.Add(dups)
+	if queued > 0 {
+		a.reg.signals.notify(a.queue)
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/regina-mq/regina/cache"
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/sqlstore"
 )
@@ -35,10 +36,19 @@ type Config struct {
 	// Logger receives the actors' logs.
 	Logger zerolog.Logger
 
+	// Cache is the in-window hash cache that lowers the push probe's span
+	// (QUEEN_DEDUP_CACHE). nil disables it: every push probes the whole
+	// window. The registry starts its background loads (hydrations).
+	Cache *cache.Cache
+	// CacheBudgetBytes is the budget Cache was created with
+	// (QUEEN_DEDUP_CACHE_MB << 20; 0 means 512 MiB). A hydration stops
+	// reading a partition whose window holds more than the budget could.
+	CacheBudgetBytes int64
+
 	// BeforeBatch, when set, is called by an actor before each push
-	// transaction, with the queue and partition names. Tests use it to hold an
-	// actor while its mailbox fills.
-	BeforeBatch func(queue, partition string)
+	// transaction, with the queue and partition names and the number of items
+	// in the batch. Tests use it to hold an actor while its mailbox fills.
+	BeforeBatch func(queue, partition string, items int)
 }
 
 // WithDefaults returns c with every zero bound set to its default.
@@ -71,6 +81,10 @@ type Stats struct {
 	Duplicates   uint64
 	MailboxFull  uint64
 	PushFailures uint64
+	// DedupCache is the dedup cache's snapshot (a disabled cache counts
+	// every watermark as a "disabled" sentinel), Hydrations its loads.
+	DedupCache cache.Stats
+	Hydrations HydrationStats
 }
 
 // Registry owns the live partition actors and is the broker's entry point
@@ -79,12 +93,15 @@ type Registry struct {
 	store *sqlstore.Store
 	cfg   Config
 	log   zerolog.Logger
+	cache *cache.Cache
+	hyd   *hydrator
 
 	mu      sync.Mutex
 	actors  map[string]*actor
 	closing bool
 	wg      sync.WaitGroup
 	stop    chan struct{}
+	signals pushSignals
 
 	batches, queued, duplicates, mailboxFull, pushFailures atomic.Uint64
 }
@@ -92,10 +109,16 @@ type Registry struct {
 // NewRegistry returns a registry pushing through store.
 func NewRegistry(store *sqlstore.Store, cfg Config) *Registry {
 	cfg = cfg.WithDefaults()
+	c := cfg.Cache
+	if c == nil {
+		c = cache.New(cache.Config{Enabled: false})
+	}
 	return &Registry{
 		store:  store,
 		cfg:    cfg,
 		log:    cfg.Logger.With().Str("component", "actor").Logger(),
+		cache:  c,
+		hyd:    newHydrator(cfg.CacheBudgetBytes),
 		actors: make(map[string]*actor),
 		stop:   make(chan struct{}),
 	}
@@ -221,21 +244,24 @@ func (r *Registry) Stats() Stats {
 	return Stats{
 		Actors: n, MailboxDepth: depth, Batches: r.batches.Load(), Queued: r.queued.Load(), Duplicates: r.duplicates.Load(),
 		MailboxFull: r.mailboxFull.Load(), PushFailures: r.pushFailures.Load(),
+		DedupCache: r.cache.Stats(), Hydrations: r.hyd.stats(),
 	}
 }
 
 // Close stops accepting pushes, lets every actor drain its mailbox (each
-// waiting group is answered), and waits for them to exit or for ctx to end.
-// It is safe to call more than once.
+// waiting group is answered), cancels the dedup cache's background loads,
+// and waits for all of them to exit or for ctx to end. It is safe to call
+// more than once.
 func (r *Registry) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if !r.closing {
 		r.closing = true
 		close(r.stop)
+		r.hyd.cancel()
 	}
 	r.mu.Unlock()
 	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
+	go func() { r.wg.Wait(); r.closeHydrations(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -261,10 +287,14 @@ func (r *Registry) Configure(ctx context.Context, queue, namespace, task string,
 	return r.store.Configure(ctx, queue, namespace, task, o)
 }
 
-// DeleteQueue deletes a queue and everything in it. Live actors of its
-// partitions notice at their next batch and recreate the partition.
+// DeleteQueue deletes a queue and everything in it, and drops its partitions
+// from the dedup cache. Live actors of its partitions notice at their next
+// batch and recreate the partition.
 func (r *Registry) DeleteQueue(ctx context.Context, queue string) (bool, error) {
-	existed, _, err := r.store.DeleteQueue(ctx, queue)
+	existed, parts, err := r.store.DeleteQueue(ctx, queue)
+	for _, p := range parts {
+		r.cache.Forget(p)
+	}
 	return existed, err
 }
 

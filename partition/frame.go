@@ -206,7 +206,7 @@ func DecodeSegment(seg []byte, count int) ([]Frame, error) {
 // frames without decoding the bodies.
 func SegmentMessageID(seg []byte, count, k int) (UUID, error) {
 	var u UUID
-	if k < 0 || k >= count || len(seg) < 16*count {
+	if k < 0 || k >= count || count > len(seg)/16 {
 		return u, fmt.Errorf("%w: no frame %d in %d", ErrCorruptSegment, k, count)
 	}
 	copy(u[:], seg[16*k:])

@@ -2,17 +2,26 @@ package sqlstore
 
 // queries holds the store's SQL, qualified with the configured schema.
 type queries struct {
-	ensurePartition  string
-	pushSegment      string
-	configure        string
-	deleteQueue      string
-	deletePartitions string
-	deleteSegments   string
-	deleteLogTxns    string
-	listQueues       string
-	retentionTargets string
-	purgeLogTxns     string
-	purgeSegments    string
+	ensurePartition                               string
+	pushSegment                                   string
+	configure                                     string
+	deleteQueue                                   string
+	deletePartitions                              string
+	deleteSegments                                string
+	deleteLogTxns                                 string
+	deleteConsumers, deleteDLQ, deleteQueueGroups string
+	listQueues                                    string
+	retentionTargets                              string
+	purgeLogTxns                                  string
+	purgeSegments                                 string
+	purgeConsumed                                 string
+
+	popQueue, ensureGroup, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
+	windowBufferBusy, readSegments, popAutoAck, popLease string
+	ackPartitionInfo, lockConsumerForAck, resolveOffsets, updateConsumerAfterAck, segmentAt,
+	insertDLQ, extendLease string
+	lockPartition, takeDLQ, replayInsert                                                            string
+	countDLQ, listDLQ, deleteGroupCursors, deleteGroupMeta, seekTargetsExist, seek, setSubscription string
 }
 
 const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl, priority,
@@ -41,10 +50,13 @@ func newQueries(schema string) queries {
 				dedup_window_seconds = EXCLUDED.dedup_window_seconds,
 				updated_at = now()
 			RETURNING id`,
-		deleteQueue:      `DELETE FROM queen.queues WHERE name = $1 RETURNING id`,
-		deletePartitions: `DELETE FROM queen.partitions WHERE queue_id = $1 RETURNING id`,
-		deleteSegments:   `DELETE FROM queen.segments WHERE partition_id = ANY($1::uuid[])`,
-		deleteLogTxns:    `DELETE FROM queen.log_txns WHERE partition_id = ANY($1::uuid[])`,
+		deleteQueue:       `DELETE FROM queen.queues WHERE name = $1 RETURNING id`,
+		deletePartitions:  `DELETE FROM queen.partitions WHERE queue_id = $1 RETURNING id`,
+		deleteSegments:    `DELETE FROM queen.segments WHERE partition_id = ANY($1::uuid[])`,
+		deleteLogTxns:     `DELETE FROM queen.log_txns WHERE partition_id = ANY($1::uuid[])`,
+		deleteConsumers:   `DELETE FROM queen.consumers WHERE partition_id = ANY($1::uuid[])`,
+		deleteDLQ:         `DELETE FROM queen.dlq WHERE partition_id = ANY($1::uuid[])`,
+		deleteQueueGroups: `DELETE FROM queen.consumer_groups WHERE queue_id = $1`,
 		listQueues: `SELECT q.id, q.name, q.namespace, q.task, q.created_at,
 				(SELECT count(*) FROM queen.partitions p WHERE p.queue_id = q.id)::integer,
 				coalesce((SELECT sum(p.next_offset - coalesce(
@@ -56,7 +68,8 @@ func newQueries(schema string) queries {
 		// Every partition with its queue's retention settings.
 		retentionTargets: `SELECT p.id, q.name, p.name,
 				GREATEST(q.dedup_window_seconds, q.completed_retention_seconds, $1::integer),
-				CASE WHEN q.retention_enabled AND q.retention_seconds > 0 THEN q.retention_seconds ELSE 0 END
+				CASE WHEN q.retention_enabled AND q.retention_seconds > 0 THEN q.retention_seconds ELSE 0 END,
+				CASE WHEN q.retention_enabled AND q.completed_retention_seconds > 0 THEN q.completed_retention_seconds ELSE 0 END
 			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id`,
 		// One bounded, autocommitting step: of the partition's oldest
 		// batchSize rows (by offset, through the primary key), those past the
@@ -76,9 +89,17 @@ func newQueries(schema string) queries {
 				 WHERE o.created_at < now() - make_interval(secs => $2)) d
 			WHERE s.partition_id = $1 AND s.first_offset = d.first_offset`,
 	}
+	q.consumerQueries()
 	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
-		&q.retentionTargets, &q.purgeLogTxns, &q.purgeSegments} {
+		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,
+		&q.retentionTargets, &q.purgeLogTxns, &q.purgeSegments, &q.purgeConsumed,
+		&q.popQueue, &q.ensureGroup, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
+		&q.windowBufferBusy, &q.readSegments, &q.popAutoAck, &q.popLease,
+		&q.ackPartitionInfo, &q.lockConsumerForAck, &q.resolveOffsets, &q.updateConsumerAfterAck, &q.segmentAt,
+		&q.insertDLQ, &q.extendLease,
+		&q.countDLQ, &q.listDLQ, &q.deleteGroupCursors, &q.deleteGroupMeta, &q.seekTargetsExist, &q.seek,
+		&q.setSubscription, &q.lockPartition, &q.takeDLQ, &q.replayInsert} {
 		*p = qualify(*p, schema)
 	}
 	return q

@@ -69,10 +69,12 @@ func (s *Store) DeleteQueue(ctx context.Context, queue string) (existed bool, pa
 		for _, id := range ids {
 			partitions = append(partitions, id)
 		}
-		if _, err := tx.Exec(ctx, s.sql.deleteSegments, ids); err != nil {
-			return err
+		for _, q := range []string{s.sql.deleteSegments, s.sql.deleteLogTxns, s.sql.deleteConsumers, s.sql.deleteDLQ} {
+			if _, err := tx.Exec(ctx, q, ids); err != nil {
+				return err
+			}
 		}
-		_, err = tx.Exec(ctx, s.sql.deleteLogTxns, ids)
+		_, err = tx.Exec(ctx, s.sql.deleteQueueGroups, qid)
 		return err
 	})
 	if err != nil {

@@ -20,12 +20,14 @@ type retentionTarget struct {
 	queue, part        string
 	sidecarSeconds     int
 	segmentRetentionSe int
+	completedSeconds   int
 }
 
 // RetainOnce runs one retention pass over every partition: it deletes
 // queen.log_txns rows older than GREATEST(dedup window,
 // completedRetentionSeconds, 900) seconds, and, on queues with retention
-// enabled, segments older than retentionSeconds. Each DELETE removes at most
+// enabled, segments older than retentionSeconds, and segments older than
+// completedRetentionSeconds that every consumer group has consumed. Each DELETE removes at most
 // batchSize rows and commits on its own, so no lock is held for long.
 func (s *Store) RetainOnce(ctx context.Context, batchSize int) (RetentionStats, error) {
 	var st RetentionStats
@@ -39,7 +41,7 @@ func (s *Store) RetainOnce(ctx context.Context, batchSize int) (RetentionStats, 
 	var targets []retentionTarget
 	for rows.Next() {
 		var t retentionTarget
-		if err := rows.Scan(&t.id, &t.queue, &t.part, &t.sidecarSeconds, &t.segmentRetentionSe); err != nil {
+		if err := rows.Scan(&t.id, &t.queue, &t.part, &t.sidecarSeconds, &t.segmentRetentionSe, &t.completedSeconds); err != nil {
 			rows.Close()
 			return st, fmt.Errorf("retention: list partitions: %w", classify(err))
 		}
@@ -61,6 +63,13 @@ func (s *Store) RetainOnce(ctx context.Context, batchSize int) (RetentionStats, 
 			st.Segments += n
 			if err != nil {
 				return st, fmt.Errorf("retention %s/%s: segments: %w", t.queue, t.part, err)
+			}
+		}
+		if t.completedSeconds > 0 {
+			n, err := s.purge(ctx, s.sql.purgeConsumed, t.id, t.completedSeconds, batchSize)
+			st.Segments += n
+			if err != nil {
+				return st, fmt.Errorf("retention %s/%s: consumed segments: %w", t.queue, t.part, err)
 			}
 		}
 	}

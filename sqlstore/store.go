@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -125,16 +128,18 @@ func classify(err error) error {
 	if errors.As(err, &pgErr) {
 		return err
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		if pgconn.SafeToRetry(err) {
-			return fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-	}
 	if pgconn.SafeToRetry(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) ||
+		errors.As(err, &netErr) || errors.As(err, &connErr) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "conn closed") {
+		// The request may have reached the server: its effect is unknown.
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	return err // a local error (encoding, scanning): nothing to retry
 }
 
 // IsRetryable reports whether err leaves the client free to retry the same

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/partition"
 )
 
@@ -41,7 +42,23 @@ func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
 		"database":     map[string]any{"poolSize": ps.Total, "idleConnections": ps.Idle, "waitingRequests": 0},
 		"memory":       map[string]any{"heapAlloc": ms.HeapAlloc, "sys": ms.Sys},
 		"cpu":          map[string]any{"goroutines": runtime.NumGoroutine()},
+		"dedupCache":   dedupCacheMetrics(&st),
 	})
+}
+
+// dedupCacheMetrics is the dedup cache's part of /metrics: watermark hits
+// (and the batch hashes they found), the sentinels (full-window probes) by
+// reason, what the cache holds, and its background loads.
+func dedupCacheMetrics(st *actor.Stats) map[string]any {
+	c, h := &st.DedupCache, &st.Hydrations
+	return map[string]any{
+		"hits": c.Hits, "found": c.Found,
+		"sentinels": c.Sentinels, "sentinelsByReason": c.SentinelsByReason,
+		"bytes": c.Bytes, "partitions": c.Partitions, "hashes": c.Hashes,
+		"hydrating": c.Hydrating, "tombstones": c.Tombstones, "tooBig": c.TooBig, "evictions": c.Evictions,
+		"hydrations": map[string]any{"started": h.Started, "finished": h.Finished, "failed": h.Failed,
+			"aborted": h.Aborted, "truncated": h.Truncated, "busy": h.Busy, "running": h.Running},
+	}
 }
 
 type queueView struct {

@@ -37,7 +37,7 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 		return req, errors.New("Request body must be a JSON object")
 	}
 	var raw rawConfigure
-	if err := json.Unmarshal(body, &raw); err != nil {
+	if err := unmarshal(body, &raw); err != nil {
 		return req, invalidJSON(err)
 	}
 	if kindOf(raw.Queue) != kindString {
@@ -96,7 +96,7 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 		if kindOf(v) != kindBool {
 			return req, fmt.Errorf("options.%s must be a boolean", f.name)
 		}
-		if err := json.Unmarshal(v, f.dst); err != nil {
+		if err := unmarshal(v, f.dst); err != nil {
 			return req, fmt.Errorf("options.%s must be a boolean", f.name)
 		}
 	}
@@ -112,7 +112,7 @@ func nonNegInt(v json.RawMessage) (int, error) {
 		return 0, errors.New("must be a number")
 	}
 	var f float64
-	if err := json.Unmarshal(v, &f); err != nil {
+	if err := unmarshal(v, &f); err != nil {
 		return 0, errors.New("must be a number")
 	}
 	if f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {

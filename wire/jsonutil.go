@@ -101,7 +101,7 @@ func rawString(raw json.RawMessage) (string, error) {
 		return string(raw[1 : len(raw)-1]), nil
 	}
 	var s string
-	err := json.Unmarshal(raw, &s)
+	err := unmarshal(raw, &s)
 	return s, err
 }
 
@@ -138,3 +138,13 @@ func appendString(b []byte, s string) []byte {
 const hexDigit = "0123456789abcdef"
 
 func appendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }
+
+// unmarshal decodes JSON like json.Unmarshal but matches object keys
+// exactly, as Queen (JavaScript) does: "Queue" is not "queue".
+func unmarshal(b []byte, x any) error {
+	r, err := json.Parse(b, x, json.DontMatchCaseInsensitiveStructFields)
+	if err == nil && len(bytes.TrimSpace(r)) != 0 {
+		return errors.New("invalid character after top-level value")
+	}
+	return err
+}

@@ -48,7 +48,7 @@ func DecodePush(body []byte) ([]PushItem, error) {
 		return nil, err
 	}
 	var top rawPushBody
-	if err := json.Unmarshal(body, &top); err != nil {
+	if err := unmarshal(body, &top); err != nil {
 		if kindOf(body) != kindObject {
 			return nil, errors.New("Request body must be a JSON object")
 		}
@@ -58,7 +58,7 @@ func DecodePush(body []byte) ([]PushItem, error) {
 		return nil, errors.New("items array is required")
 	}
 	var raws []rawPushItem
-	if err := json.Unmarshal(top.Items, &raws); err != nil {
+	if err := unmarshal(top.Items, &raws); err != nil {
 		return nil, fmt.Errorf("Each item must be an object: %w", err)
 	}
 	items := make([]PushItem, len(raws))

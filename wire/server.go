@@ -141,9 +141,74 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		default:
 			methodNotAllowed(ctx, "GET, DELETE")
 		}
+	case strings.HasPrefix(path, "/api/v1/pop/queue/"):
+		segs, ok := pathSegments(path, "/api/v1/pop/queue/")
+		switch {
+		case !ok:
+			notFound(ctx)
+		case method != "GET":
+			methodNotAllowed(ctx, "GET")
+		case len(segs) == 1:
+			s.handlePop(ctx, segs[0], "")
+		case len(segs) == 3 && segs[1] == "partition":
+			s.handlePop(ctx, segs[0], segs[2])
+		default:
+			notFound(ctx)
+		}
+	case path == "/api/v1/ack":
+		s.onlyPost(ctx, method, s.handleAck)
+	case path == "/api/v1/ack/batch":
+		s.onlyPost(ctx, method, s.handleAckBatch)
+	case strings.HasPrefix(path, "/api/v1/lease/"):
+		segs, ok := pathSegments(path, "/api/v1/lease/")
+		switch {
+		case !ok || len(segs) != 2 || segs[1] != "extend":
+			notFound(ctx)
+		case method != "POST":
+			methodNotAllowed(ctx, "POST")
+		default:
+			s.handleExtendLease(ctx, segs[0])
+		}
+	case path == "/api/v1/dlq":
+		s.onlyGet(ctx, method, s.handleDLQ)
+	case strings.HasPrefix(path, "/api/v1/messages/"):
+		segs, ok := pathSegments(path, "/api/v1/messages/")
+		switch {
+		case !ok || len(segs) != 3 || segs[2] != "retry":
+			notFound(ctx)
+		case method != "POST":
+			methodNotAllowed(ctx, "POST")
+		default:
+			s.handleRetryMessage(ctx, segs[0], segs[1])
+		}
+	case strings.HasPrefix(path, "/api/v1/consumer-groups/"):
+		segs, ok := pathSegments(path, "/api/v1/consumer-groups/")
+		if !ok {
+			notFound(ctx)
+			return
+		}
+		s.handleConsumerGroups(ctx, method, segs)
 	default:
 		notFound(ctx)
 	}
+}
+
+// pathSegments splits the rest of path after prefix into percent-decoded,
+// non-empty segments.
+func pathSegments(path, prefix string) ([]string, bool) {
+	rest := strings.TrimSuffix(path[len(prefix):], "/")
+	if rest == "" {
+		return nil, false
+	}
+	parts := strings.Split(rest, "/")
+	for i, p := range parts {
+		v, err := url.PathUnescape(p)
+		if err != nil || v == "" {
+			return nil, false
+		}
+		parts[i] = v
+	}
+	return parts, true
 }
 
 func (s *Server) onlyGet(ctx *fasthttp.RequestCtx, method string, h fasthttp.RequestHandler) {
@@ -217,15 +282,15 @@ func errorStatus(err error) (status int, msg string, retryable bool) {
 	case errors.Is(err, actor.ErrShuttingDown):
 		return fasthttp.StatusServiceUnavailable, "Broker is shutting down; retry on another broker or later", true
 	case errors.Is(err, sqlstore.ErrOutcomeUnknown):
-		return fasthttp.StatusServiceUnavailable, "Outcome unknown: the write may or may not have committed; " +
-			"retrying with the same transactionId is safe", true
+		return fasthttp.StatusServiceUnavailable, "Outcome unknown: the request may or may not have taken effect; " +
+			"retrying is safe (a push retried with the same transactionId is deduplicated)", true
 	case errors.Is(err, sqlstore.ErrUnavailable):
 		return fasthttp.StatusServiceUnavailable, "Database unavailable; nothing was written", true
 	case sqlstore.IsRetryable(err):
 		return fasthttp.StatusServiceUnavailable, "Database error; nothing was written; retry: " + err.Error(), true
 	default:
-		return fasthttp.StatusInternalServerError, "Database error; the write may or may not have committed; " +
-			"retrying with the same transactionId is safe: " + err.Error(), true
+		return fasthttp.StatusInternalServerError, "Database error; nothing was changed, but a push may be retried " +
+			"safely with the same transactionId: " + err.Error(), true
 	}
 }
 

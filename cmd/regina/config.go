@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -39,8 +40,12 @@ type Config struct {
 	LogLevel  string
 	LogFormat string
 
+	// dedupCacheBytes, when > 0, replaces DedupCacheMB << 20 as the dedup
+	// cache's budget: tests use it for budgets below 1 MiB.
+	dedupCacheBytes int64
+
 	// beforeBatch is a test hook passed to actor.Config.BeforeBatch.
-	beforeBatch func(queue, partition string)
+	beforeBatch func(queue, partition string, items int)
 }
 
 // setting is one configuration entry: its variable, its flag and how to
@@ -217,6 +222,6 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 }
 
 // Addr returns the listen address.
-func (c Config) Addr() string { return c.Host + ":" + strconv.Itoa(c.Port) }
+func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
 
 func envOrEmpty(k string) string { return os.Getenv(k) }

@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/regina-mq/regina/actor"
+	"github.com/regina-mq/regina/cache"
 	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/wire"
 )
@@ -76,10 +77,18 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}
 	defer store.Close()
 
+	// The dedup cache only lowers the probe's span; off (or evicted) it
+	// changes no verdict.
+	cacheBudget := int64(cfg.DedupCacheMB) << 20
+	if cfg.dedupCacheBytes > 0 {
+		cacheBudget = cfg.dedupCacheBytes
+	}
+	dedupCache := cache.New(cache.Config{Enabled: cfg.DedupCache, BudgetBytes: cacheBudget})
 	reg := actor.NewRegistry(store, actor.Config{
 		MailboxMaxItems: cfg.MailboxMaxItems, MailboxMaxBytes: cfg.MailboxMaxBytes,
 		BatchMaxItems: cfg.BatchMaxItems, BatchMaxBytes: cfg.BatchMaxBytes,
 		IdleTimeout: cfg.ActorIdle, Logger: log, BeforeBatch: cfg.beforeBatch,
+		Cache: dedupCache, CacheBudgetBytes: cacheBudget,
 	})
 	srv := wire.New(reg, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
 
@@ -97,7 +106,8 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		store.RunRetention(retCtx, cfg.RetentionInterval, cfg.RetentionBatchSize)
 	}()
 
-	log.Info().Str("addr", ln.Addr().String()).Str("schema", cfg.Schema).Msg("regina serving")
+	log.Info().Str("addr", ln.Addr().String()).Str("schema", cfg.Schema).
+		Bool("dedup_cache", cfg.DedupCache).Int64("dedup_cache_bytes", cacheBudget).Msg("regina serving")
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

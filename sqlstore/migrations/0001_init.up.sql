@@ -177,7 +177,11 @@ BEGIN
     END IF;
 
     IF window_seconds > 0 THEN
-        IF p_watermark < 0 THEN
+        -- The watermark was computed for the window the caller sent as the
+        -- hint. When the queue's window has grown since (a reconfiguration
+        -- the caller has not seen yet), the cache may have trimmed or never
+        -- loaded hashes that are inside the larger window: probe it whole.
+        IF p_watermark < 0 OR window_seconds > p_window_hint THEN
             -- Full-window probe, driven by the GIN index on hashes. The
             -- partition filter is written so that it cannot be an index
             -- condition: with a generic plan the planner would otherwise pick

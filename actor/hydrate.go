@@ -1,0 +1,195 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/regina-mq/regina/cache"
+	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/sqlstore"
+)
+
+// Dedup cache integration. The actor asks the cache for a probe watermark
+// before each push (window > 0), teaches it the stored hashes after each push
+// that wrote a segment, and forgets the partition when a push failed (its
+// outcome may be unknown). When the cache cannot vouch for a partition the
+// registry loads it in the background (hydration), at most maxHydrations at a
+// time; pushes never wait for a load, they use the sentinel meanwhile.
+
+const (
+	// defaultMaxHydrations bounds the concurrent background loads.
+	defaultMaxHydrations = 2
+	// defaultCacheBudget is assumed when Config.CacheBudgetBytes is 0.
+	defaultCacheBudget = 512 << 20
+	// minBytesPerHash is a lower bound of what the cache holds per hash (16 B
+	// in the time-ordered slice plus at least one 27 B slot of the hash map,
+	// see cache.estimate). A window with more than budget/minBytesPerHash
+	// hashes cannot fit, so the loader stops reading there.
+	minBytesPerHash = 16 + 27
+	// hydrateTimeout bounds one load.
+	hydrateTimeout = 2 * time.Minute
+)
+
+// HydrationStats counts the dedup cache's background loads.
+type HydrationStats struct {
+	// Started loads; Finished those handed to the cache (installed, or
+	// refused by it: too big, a gap, the window); Failed those aborted on a
+	// database error; Aborted those aborted because the partition was
+	// deleted or the broker is closing; Truncated the finished ones that
+	// stopped at the row bound because the window could not fit the budget.
+	Started, Finished, Failed, Aborted, Truncated uint64
+	// Busy counts loads not started because maxHydrations were running (the
+	// next push of that partition asks again).
+	Busy uint64
+	// Running is the number of loads in flight.
+	Running int
+}
+
+// hydrator runs the cache's background loads.
+type hydrator struct {
+	sem       chan struct{}
+	maxHashes int
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+
+	started, finished, failed, aborted, truncated, busy atomic.Uint64
+}
+
+func newHydrator(budget int64) *hydrator {
+	if budget <= 0 {
+		budget = defaultCacheBudget
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &hydrator{
+		sem:       make(chan struct{}, defaultMaxHydrations),
+		maxHashes: int(max(budget/minBytesPerHash, 1)),
+		ctx:       ctx,
+		cancel:    cancel,
+	}
+}
+
+func (h *hydrator) stats() HydrationStats {
+	return HydrationStats{Started: h.started.Load(), Finished: h.finished.Load(), Failed: h.failed.Load(),
+		Aborted: h.aborted.Load(), Truncated: h.truncated.Load(), Busy: h.busy.Load(), Running: len(h.sem)}
+}
+
+// needsHydration reports whether the cache's reason for a sentinel means the
+// partition should be (re)loaded. ReasonHydrating is already loading and
+// ReasonDisabled never will; BeginHydrate enforces the backoffs.
+func needsHydration(r cache.Reason) bool {
+	switch r {
+	case cache.ReasonUnknown, cache.ReasonGap, cache.ReasonPressure, cache.ReasonWindow, cache.ReasonClock:
+		return true
+	}
+	return false
+}
+
+// maybeHydrate starts loading partition p in the background unless
+// maxHydrations loads are running or the cache refuses. It never blocks. Only
+// actors call it, so after every actor has exited no new load starts.
+func (r *Registry) maybeHydrate(p partition.UUID) {
+	h := r.hyd
+	if h.ctx.Err() != nil {
+		return // closing
+	}
+	select {
+	case h.sem <- struct{}{}:
+	default:
+		h.busy.Add(1)
+		return
+	}
+	tok, ok := r.cache.BeginHydrate(p)
+	if !ok {
+		<-h.sem
+		return
+	}
+	h.started.Add(1)
+	h.wg.Add(1)
+	go func() {
+		defer func() {
+			<-h.sem
+			h.wg.Done()
+		}()
+		r.hydrate(p, tok)
+	}()
+}
+
+// hydrate loads partition p in one snapshot and hands it to the cache. The
+// snapshot is taken after BeginHydrate returned, as the cache requires.
+func (r *Registry) hydrate(p partition.UUID, tok cache.HydrateToken) {
+	h := r.hyd
+	ctx, cancel := context.WithTimeout(h.ctx, hydrateTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := r.store.LoadHydration(ctx, p, h.maxHashes)
+	if err != nil {
+		r.cache.AbortHydrate(tok)
+		if h.ctx.Err() != nil || errors.Is(err, sqlstore.ErrPartitionMissing) {
+			h.aborted.Add(1)
+			return
+		}
+		h.failed.Add(1)
+		r.log.Warn().Err(err).Str("partition_id", p.String()).Msg("dedup cache: hydration failed")
+		return
+	}
+	rows := make([]cache.Segment, len(res.Rows))
+	hashes := 0
+	for i := range res.Rows {
+		rows[i] = cache.Segment{FirstOffset: res.Rows[i].FirstOffset, CreatedAt: res.Rows[i].CreatedAt,
+			Hashes: res.Rows[i].Hashes}
+		hashes += len(res.Rows[i].Hashes)
+	}
+	// A truncated load is every in-window row below res.NextOffset and more
+	// hashes than the budget can hold: the cache refuses it as too big
+	// (ReasonPressure, with its backoff) rather than installing it.
+	r.cache.FinishHydrate(tok, res.NextOffset, res.WindowSeconds, res.Now, rows)
+	h.finished.Add(1)
+	if res.Truncated {
+		h.truncated.Add(1)
+	}
+	r.log.Debug().Str("partition_id", p.String()).Int("rows", len(rows)).Int("hashes", hashes).
+		Bool("truncated", res.Truncated).Dur("took", time.Since(start)).Msg("dedup cache: hydrated")
+}
+
+// closeHydrations cancels the loads in flight and waits for them. Call it
+// only after every actor has exited (no new load can start).
+func (r *Registry) closeHydrations() {
+	r.hyd.cancel()
+	r.hyd.wg.Wait()
+}
+
+// watermark asks the cache for the batch's probe watermark (window > 0 only)
+// and starts a hydration when the cache cannot vouch for the partition.
+func (a *actor) watermark() int64 {
+	if a.ref.WindowSeconds <= 0 {
+		return sqlstore.NoWatermark
+	}
+	w, reason := a.reg.cache.Watermark(a.ref.ID, a.ref.WindowSeconds, a.scratch.hashes)
+	if needsHydration(reason) {
+		a.reg.maybeHydrate(a.ref.ID)
+	}
+	return w
+}
+
+// learn teaches the cache the segment a push wrote: the hashes of the stored
+// leaders (the batch minus the duplicates SQL found), in frame order.
+func (a *actor) learn(res *sqlstore.PushResult) {
+	if res.FirstOffset < 0 {
+		return // every item was a duplicate: nothing was written
+	}
+	s := &a.scratch
+	s.stored = s.stored[:0]
+	d := 0
+	for i, h := range s.hashes {
+		if d < len(res.DupIndex) && res.DupIndex[d] == i {
+			d++
+			continue
+		}
+		s.stored = append(s.stored, h)
+	}
+	a.reg.cache.Learn(a.ref.ID, res.WindowSeconds, res.FirstOffset, s.stored, res.CreatedAt)
+}

@@ -1,0 +1,349 @@
+package cache
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// TrimMargin is added to the window before an entry is trimmed. Trimming is
+// measured against the newest createdAt the partition has seen (the
+// database's clock), so the margin only has to absorb the database clock
+// stepping back and transactions whose start time (created_at = now()) is
+// older than that of a transaction that committed before them.
+const TrimMargin = 60 * time.Second
+
+const marginNs = int64(TrimMargin)
+
+// noTime marks "no database time seen yet".
+const noTime = math.MinInt64
+
+// Memory model (see estimate). The numbers were measured on Go 1.26 (swiss
+// tables) with runtime.MemStats and are pinned by TestByteAccounting.
+const (
+	// hashBytes is one element of the time-ordered hash slice.
+	hashBytes = 16
+	// segBytes is one element of the segment slice (unsafe.Sizeof(seg{})).
+	segBytes = int64(unsafe.Sizeof(seg{}))
+	// mapSlotBytes is one slot of map[[16]byte]int64: 16 B key + 8 B value
+	// + 1 control byte, times 1.065 for the size-class rounding of a
+	// 1024-slot table (25600 B rounded up to 27264 B).
+	mapSlotBytes = 27
+	// multiSlotBytes is one slot of map[[16]byte]int32 (16+4+1, padded).
+	multiSlotBytes = 28
+	// entryOverhead covers the entry struct, its LRU list element and its
+	// slot in the LRU's own map.
+	entryOverhead = int64(unsafe.Sizeof(entry{})) + 160
+	// bufSegOverhead is a buffered Learn's header and slice header.
+	bufSegOverhead = int64(unsafe.Sizeof(bufSeg{}))
+)
+
+// mapBytes estimates the memory of a Go map with slotBytes per slot that
+// has held at most peak keys. A map that only grew is sized by its load
+// factor (at most 7/8, so nextPow2(peak*8/7) slots). A map that also deleted
+// keeps tombstones and settles, under the sliding-window churn the cache
+// produces, at nextPow2(2*peak) slots (measured: 55-110 B per live entry
+// for map[[16]byte]int64). Go maps never shrink; rebuildMap resets peak.
+func mapBytes(peak int, churned bool, slotBytes int64) int64 {
+	if peak <= 0 {
+		return 0
+	}
+	want := (peak*8 + 6) / 7
+	if churned {
+		want = 2 * peak
+	}
+	slots := 8
+	for slots < want {
+		slots <<= 1
+	}
+	return int64(slots) * slotBytes
+}
+
+// seg is one committed segment held by a known partition: its hashes are
+// hs[h : h+n] where h is the sum of n over the segments before it.
+type seg struct {
+	first   int64 // first offset of the segment (the log_txns row's key)
+	created int64 // created_at, unix nanoseconds on the database clock
+	n       int64 // number of hashes
+}
+
+// bufSeg is a Learn that arrived while the partition was hydrating.
+type bufSeg struct {
+	first   int64
+	created int64
+	window  int
+	hashes  [][16]byte
+}
+
+type state uint32
+
+const (
+	stateHydrating state = iota + 1
+	stateKnown
+	stateTomb // dropped: holds no hashes, only why and the re-load backoff
+)
+
+// entry is the cache's state for one partition. Only the partition's actor
+// and its hydration loader touch it, under mu; eviction and Stats, which
+// cross partitions, use the atomics and the fields guarded by Cache.mu.
+type entry struct {
+	key [16]byte
+
+	// Guarded by Cache.mu.
+	acct int64 // bytes accounted in Cache.bytes
+	// dead is set (under Cache.mu) when the entry leaves the index. A dead
+	// entry is never revived: a new entry replaces it.
+	dead atomic.Bool
+
+	// Written under mu, read by anyone.
+	st    atomic.Uint32 // state
+	size  atomic.Int64  // latest estimate()
+	live  atomic.Int64  // hashes held
+	clock atomic.Int64  // newest database time seen in any state
+
+	mu sync.Mutex
+
+	// Tombstone.
+	tomb      Reason
+	notBefore int64 // BeginHydrate is refused while clock < notBefore
+	strikes   uint8 // consecutive gaps, for the backoff
+	okLearns  int   // clean appends since the last install
+
+	// Hydrating.
+	gen      uint64
+	buf      []bufSeg
+	bufBytes int64
+
+	// Known: every hash of every committed segment at offsets <= k whose
+	// created_at is >= newest - window - TrimMargin is in m.
+	k        int64
+	windowNs int64
+	newest   int64
+	// m maps a hash to the first offset of the lowest segment holding it.
+	m       map[[16]byte]int64
+	peak    int  // most keys m has held since it was made
+	churned bool // m has deleted keys (tombstones)
+	// multi counts, for a hash held in more than one segment, the extra
+	// occurrences (rare: a hash re-pushed after its window closed, or
+	// written while deduplication was off).
+	multi     map[[16]byte]int32
+	multiPeak int
+	hs        [][16]byte // hashes in offset order; hs[hHead:] are live
+	hHead     int
+	segs      []seg // segments in offset order; segs[sHead:] are live
+	sHead     int
+}
+
+func (e *entry) state() state { return state(e.st.Load()) }
+
+// publish refreshes the atomics read outside mu. Call it under mu after any
+// change.
+func (e *entry) publish() {
+	e.size.Store(e.estimate())
+	e.live.Store(int64(len(e.hs) - e.hHead))
+}
+
+// estimate is the memory the entry holds, in bytes:
+//
+//	entryOverhead
+//	+ mapBytes(peak, churned, 27)            the hash -> offset map
+//	+ mapBytes(multiPeak, true, 28)          repeated hashes (usually none)
+//	+ 16*cap(hs) + 24*cap(segs)              the time-ordered slices, at capacity
+//	+ buffered Learns during hydration (16*cap(hashes) + 48 each)
+func (e *entry) estimate() int64 {
+	b := entryOverhead
+	b += mapBytes(e.peak, e.churned, mapSlotBytes)
+	b += mapBytes(e.multiPeak, true, multiSlotBytes)
+	b += int64(cap(e.hs))*hashBytes + int64(cap(e.segs))*segBytes
+	b += e.bufBytes
+	return b
+}
+
+// estimateFresh is estimate for a partition about to be built from nh hashes
+// in ns segments.
+func estimateFresh(nh, ns int) int64 {
+	return entryOverhead + mapBytes(nh, false, mapSlotBytes) + int64(nh)*hashBytes + int64(ns)*segBytes
+}
+
+// seeTime advances the partition's view of the database clock.
+func (e *entry) seeTime(t int64) {
+	if t > e.clock.Load() {
+		e.clock.Store(t)
+	}
+}
+
+// release drops everything the partition holds and makes it a tombstone.
+// backoff > 0 refuses re-hydration until the database clock (as seen by
+// Learn) has advanced that far.
+func (e *entry) release(r Reason, backoff time.Duration) {
+	e.tomb = r
+	e.m, e.multi = nil, nil
+	e.peak, e.multiPeak, e.churned = 0, 0, false
+	e.hs, e.hHead = nil, 0
+	e.segs, e.sHead = nil, 0
+	e.buf, e.bufBytes = nil, 0
+	e.k = -1
+	e.notBefore = noTime
+	if backoff > 0 {
+		if c := e.clock.Load(); c != noTime {
+			e.notBefore = c + int64(backoff)
+		}
+	}
+	e.st.Store(uint32(stateTomb))
+}
+
+// gapBackoff is the re-hydration backoff after the strikes-th consecutive
+// gap: 1 s, 2 s, 4 s, ... capped at 5 min of database time.
+func gapBackoff(strikes uint8) time.Duration {
+	d := time.Second << min(strikes-1, 9)
+	return min(d, 5*time.Minute)
+}
+
+func (e *entry) dropGap() {
+	if e.strikes < math.MaxUint8 {
+		e.strikes++
+	}
+	e.release(ReasonGap, gapBackoff(e.strikes))
+}
+
+// hydrateAllowed reports whether a tombstone may be re-loaded now.
+func (e *entry) hydrateAllowed() bool {
+	return e.notBefore == noTime || e.clock.Load() >= e.notBefore
+}
+
+// addSeg appends a segment to a known partition. The caller has checked
+// that it starts at k+1.
+func (e *entry) addSeg(first, created int64, hashes [][16]byte) {
+	e.hs, e.hHead = fifoAppend(e.hs, e.hHead, hashes)
+	one := [1]seg{{first: first, created: created, n: int64(len(hashes))}}
+	e.segs, e.sHead = fifoAppend(e.segs, e.sHead, one[:])
+	for _, h := range hashes {
+		e.addHash(h, first)
+	}
+	e.k = first + int64(len(hashes)) - 1
+	if created > e.newest {
+		e.newest = created
+	}
+	e.seeTime(created)
+}
+
+func (e *entry) addHash(h [16]byte, first int64) {
+	if o, ok := e.m[h]; ok {
+		if e.multi == nil {
+			e.multi = make(map[[16]byte]int32)
+		}
+		e.multi[h]++
+		e.multiPeak = max(e.multiPeak, len(e.multi))
+		if first < o {
+			e.m[h] = first
+		}
+		return
+	}
+	e.m[h] = first
+	e.peak = max(e.peak, len(e.m))
+}
+
+// dropHash removes one occurrence of h. When other occurrences remain the
+// map keeps the lower (trimmed) offset: still at or below every remaining
+// occurrence, so the watermark stays below all of them.
+func (e *entry) dropHash(h [16]byte) {
+	if c, ok := e.multi[h]; ok {
+		if c <= 1 {
+			delete(e.multi, h)
+			if len(e.multi) == 0 {
+				e.multi, e.multiPeak = nil, 0
+			}
+		} else {
+			e.multi[h] = c - 1
+		}
+		return
+	}
+	delete(e.m, h)
+	e.churned = true
+}
+
+// trim drops, from the front, the segments whose created_at is older than
+// newest - window - TrimMargin. Amortised O(1) per hash ever added.
+func (e *entry) trim() {
+	if e.newest == noTime {
+		return
+	}
+	cutoff := e.newest - e.windowNs - marginNs
+	for e.sHead < len(e.segs) {
+		s := e.segs[e.sHead]
+		if s.created >= cutoff {
+			break
+		}
+		end := e.hHead + int(s.n)
+		for _, h := range e.hs[e.hHead:end] {
+			e.dropHash(h)
+		}
+		e.hHead = end
+		e.sHead++
+	}
+	e.hs, e.hHead = fifoShrink(e.hs, e.hHead)
+	e.segs, e.sHead = fifoShrink(e.segs, e.sHead)
+	// Go maps never give memory back: rebuild once three quarters of the
+	// peak is gone (O(live), paid for by the deletions since the last one).
+	if e.peak > 128 && len(e.m)*4 < e.peak {
+		m := make(map[[16]byte]int64, len(e.m))
+		for k, v := range e.m {
+			m[k] = v
+		}
+		e.m, e.peak, e.churned = m, len(m), false
+	}
+}
+
+// watermark computes W for a known partition: k, lowered below the segment
+// of every batch hash it holds. It returns the number of hashes found.
+func (e *entry) watermark(hashes [][16]byte) (w int64, found int) {
+	w = e.k
+	for i := range hashes {
+		if o, ok := e.m[hashes[i]]; ok {
+			found++
+			if o <= w {
+				w = o - 1
+			}
+		}
+	}
+	return w, found
+}
+
+// fifoAppend appends add to the queue s[head:], sliding the live part to the
+// front instead of growing when at least a quarter of the capacity is dead.
+func fifoAppend[T any](s []T, head int, add []T) ([]T, int) {
+	if len(s)+len(add) > cap(s) {
+		live := len(s) - head
+		need := live + len(add)
+		if head > 0 && need <= cap(s)*3/4 {
+			n := copy(s, s[head:])
+			s = s[:n]
+		} else {
+			ns := make([]T, live, max(2*need, 16))
+			copy(ns, s[head:])
+			s = ns
+		}
+		head = 0
+	}
+	return append(s, add...), head
+}
+
+// fifoShrink reallocates the queue when its live part is under a third of
+// its capacity, and rewinds it when empty.
+func fifoShrink[T any](s []T, head int) ([]T, int) {
+	live := len(s) - head
+	if live == 0 {
+		if cap(s) > 64 {
+			return nil, 0
+		}
+		return s[:0], 0
+	}
+	if cap(s) > 64 && live < cap(s)/3 {
+		ns := make([]T, live, max(2*live, 16))
+		copy(ns, s[head:])
+		return ns, 0
+	}
+	return s, head
+}

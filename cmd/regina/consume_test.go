@@ -1,0 +1,560 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
+)
+
+type popMessage struct {
+	ID            string          `json:"id"`
+	TransactionID string          `json:"transactionId"`
+	TraceID       *string         `json:"traceId"`
+	Data          json.RawMessage `json:"data"`
+	CreatedAt     string          `json:"createdAt"`
+	Queue         string          `json:"queue"`
+	Partition     string          `json:"partition"`
+	PartitionID   string          `json:"partitionId"`
+	LeaseID       string          `json:"leaseId"`
+	ConsumerGroup string          `json:"consumerGroup"`
+}
+
+type popResponse struct {
+	Success           bool         `json:"success"`
+	Queue             string       `json:"queue"`
+	Partition         string       `json:"partition"`
+	PartitionID       string       `json:"partitionId"`
+	LeaseID           string       `json:"leaseId"`
+	ConsumerGroup     string       `json:"consumerGroup"`
+	PartitionsClaimed int          `json:"partitionsClaimed"`
+	Messages          []popMessage `json:"messages"`
+}
+
+// pop calls the pop route (any partition when part is empty) and returns
+// the response, empty on 204.
+func (b *testBroker) pop(t *testing.T, queue, part string, params url.Values) popResponse {
+	t.Helper()
+	u := b.URL + "/api/v1/pop/queue/" + url.PathEscape(queue)
+	if part != "" {
+		u += "/partition/" + url.PathEscape(part)
+	}
+	if params != nil {
+		u += "?" + params.Encode()
+	}
+	status, body := do(t, "GET", u, nil)
+	if status == http.StatusNoContent {
+		require.Empty(t, body)
+		return popResponse{}
+	}
+	require.Equal(t, http.StatusOK, status, "pop answered %s", body)
+	var r popResponse
+	require.NoError(t, json.Unmarshal(body, &r), "%s", body)
+	require.True(t, r.Success)
+	require.NotEmpty(t, r.Messages)
+	return r
+}
+
+type ackResult struct {
+	Index         int     `json:"index"`
+	TransactionID string  `json:"transactionId"`
+	Success       bool    `json:"success"`
+	Error         *string `json:"error"`
+	QueueName     string  `json:"queueName"`
+	PartitionName string  `json:"partitionName"`
+	LeaseReleased bool    `json:"leaseReleased"`
+	DLQ           bool    `json:"dlq"`
+}
+
+func (b *testBroker) ack(t *testing.T, m popMessage, status, group string) ackResult {
+	t.Helper()
+	req := map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID,
+		"status": status, "error": "boom"}
+	if group != "" {
+		req["consumerGroup"] = group
+	}
+	code, body := do(t, "POST", b.URL+"/api/v1/ack", req)
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	var rs []ackResult
+	require.NoError(t, json.Unmarshal(body, &rs), "%s", body)
+	require.Len(t, rs, 1)
+	return rs[0]
+}
+
+func (b *testBroker) ackBatch(t *testing.T, ms []popMessage, status, group string) []ackResult {
+	t.Helper()
+	acks := make([]map[string]any, len(ms))
+	for i, m := range ms {
+		acks[i] = map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": status}
+	}
+	req := map[string]any{"acknowledgments": acks}
+	if group != "" {
+		req["consumerGroup"] = group
+	}
+	code, body := do(t, "POST", b.URL+"/api/v1/ack/batch", req)
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	var rs []ackResult
+	require.NoError(t, json.Unmarshal(body, &rs), "%s", body)
+	require.Len(t, rs, len(ms))
+	return rs
+}
+
+func pushN(t *testing.T, b *testBroker, queue, part string, from, n int) {
+	t.Helper()
+	items := make([]item, n)
+	for i := range items {
+		items[i] = item{"queue": queue, "partition": part, "transactionId": fmt.Sprintf("%s-%s-%d", queue, part, from+i),
+			"payload": map[string]any{"n": from + i}}
+	}
+	for _, r := range b.push(t, items...) {
+		require.Equal(t, "queued", r.Status)
+	}
+}
+
+func TestPopReadsYourWritesAndAckReleases(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	trace := "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+	pushed := b.push(t, item{"queue": "orders", "transactionId": "o1", "payload": map[string]any{"total": 42}, "traceId": trace})
+
+	// Default is read through the any-partition route, as clients do.
+	r := b.pop(t, "orders", "", nil)
+	require.Len(t, r.Messages, 1)
+	m := r.Messages[0]
+	require.Equal(t, pushed[0].MessageID, m.ID)
+	require.Equal(t, "o1", m.TransactionID)
+	require.JSONEq(t, `{"total":42}`, string(m.Data))
+	require.Equal(t, trace, *m.TraceID)
+	require.Equal(t, "Default", m.Partition)
+	require.Equal(t, *pushed[0].PartitionID, m.PartitionID)
+	require.Equal(t, "__QUEUE_MODE__", r.ConsumerGroup)
+	require.Equal(t, r.LeaseID, m.LeaseID)
+	require.Equal(t, 1, r.PartitionsClaimed)
+	_, err := time.Parse("2006-01-02T15:04:05.000000Z", m.CreatedAt)
+	require.NoError(t, err, "createdAt has microseconds: %s", m.CreatedAt)
+
+	// While leased, nothing more is handed out.
+	require.Empty(t, b.pop(t, "orders", "", nil).Messages)
+	a := b.ack(t, m, "completed", "")
+	require.True(t, a.Success)
+	require.Nil(t, a.Error)
+	require.True(t, a.LeaseReleased)
+	require.Equal(t, "orders", a.QueueName)
+	require.Equal(t, "Default", a.PartitionName)
+	require.Empty(t, b.pop(t, "orders", "", nil).Messages, "acked: nothing left")
+	// Acks are idempotent.
+	require.True(t, b.ack(t, m, "completed", "").Success)
+
+	pushN(t, b, "orders", "Default", 100, 3)
+	r = b.pop(t, "orders", "", url.Values{"batch": {"10"}})
+	require.Len(t, r.Messages, 3)
+	// A pop on a queue that does not exist is empty, not an error.
+	require.Empty(t, b.pop(t, "nope", "", nil).Messages)
+}
+
+func TestFIFOUnderConcurrentConsumers(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	const n = 120
+	for i := 0; i < n; i += 20 {
+		pushN(t, b, "fifo", "p", i, 20)
+	}
+	var mu sync.Mutex
+	var got []int
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				r := b.pop(t, "fifo", "p", url.Values{"batch": {"7"}})
+				if len(r.Messages) == 0 {
+					mu.Lock()
+					done := len(got) >= n
+					mu.Unlock()
+					if done {
+						return
+					}
+					continue
+				}
+				var batch []int
+				for _, m := range r.Messages {
+					var p struct{ N int }
+					require.NoError(t, json.Unmarshal(m.Data, &p))
+					batch = append(batch, p.N)
+				}
+				mu.Lock()
+				// Batches are handed out strictly in order: one in flight.
+				require.Len(t, got, batch[0], "batch starts where the previous ended")
+				got = append(got, batch...)
+				mu.Unlock()
+				for _, a := range b.ackBatch(t, r.Messages, "completed", "") {
+					require.True(t, a.Success, "%v", a.Error)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i
+	}
+	require.Equal(t, want, got)
+}
+
+func TestQueueModeAndNamedGroups(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	pushN(t, b, "bus", "Default", 0, 5)
+	for _, g := range []string{"", "billing", "audit"} {
+		params := url.Values{"batch": {"10"}}
+		if g != "" {
+			params.Set("consumerGroup", g)
+		}
+		r := b.pop(t, "bus", "", params)
+		require.Len(t, r.Messages, 5, "group %q sees every message", g)
+		for _, a := range b.ackBatch(t, r.Messages, "completed", g) {
+			require.True(t, a.Success)
+		}
+		require.Empty(t, b.pop(t, "bus", "", params).Messages)
+	}
+}
+
+func TestCompetingConsumersNeverShareALiveLease(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	pushN(t, b, "work", "p", 0, 10)
+	r := b.pop(t, "work", "p", url.Values{"batch": {"3"}})
+	require.Len(t, r.Messages, 3)
+	// The named-partition form answers empty (lease_held) while it is live.
+	require.Empty(t, b.pop(t, "work", "p", url.Values{"batch": {"3"}}).Messages)
+	require.Empty(t, b.pop(t, "work", "", url.Values{"batch": {"3"}}).Messages)
+	// Acking the whole batch releases the lease; the next batch follows.
+	for _, a := range b.ackBatch(t, r.Messages, "completed", "") {
+		require.True(t, a.LeaseReleased)
+	}
+	r2 := b.pop(t, "work", "p", url.Values{"batch": {"3"}})
+	require.Equal(t, "work-p-3", r2.Messages[0].TransactionID)
+	require.NotEqual(t, r.LeaseID, r2.LeaseID)
+}
+
+func TestLeaseExpiryRedeliversAndExtendKeepsIt(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	b.configure(t, "lease", map[string]any{"leaseTime": 30})
+	pushN(t, b, "lease", "Default", 0, 3)
+	r := b.pop(t, "lease", "", url.Values{"batch": {"3"}})
+	require.Len(t, r.Messages, 3)
+	require.True(t, b.ack(t, r.Messages[0], "completed", "").Success)
+
+	// Extend: answer both expiresAt and newExpiresAt, later than before.
+	var before time.Time
+	require.NoError(t, d.pool.QueryRow(context.Background(), d.q(`SELECT lease_expires_at FROM queen.consumers`)).Scan(&before))
+	code, body := do(t, "POST", b.URL+"/api/v1/lease/"+r.LeaseID+"/extend", map[string]any{"seconds": 600})
+	require.Equal(t, http.StatusOK, code)
+	var ext []map[string]any
+	require.NoError(t, json.Unmarshal(body, &ext))
+	require.Equal(t, true, ext[0]["success"], "%s", body)
+	require.Equal(t, ext[0]["expiresAt"], ext[0]["newExpiresAt"])
+	exp, err := time.Parse(time.RFC3339, ext[0]["newExpiresAt"].(string))
+	require.NoError(t, err)
+	require.True(t, exp.After(before.Add(500*time.Second)), "extended to ~600s from now")
+	require.Empty(t, b.pop(t, "lease", "", nil).Messages, "the extended lease is still held")
+
+	// Expire it (instead of waiting): the un-acked rest is handed out again,
+	// with no retry counted.
+	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second'`)
+	r2 := b.pop(t, "lease", "", url.Values{"batch": {"10"}})
+	require.Equal(t, []string{"lease-Default-1", "lease-Default-2"}, []string{r2.Messages[0].TransactionID, r2.Messages[1].TransactionID})
+	require.Len(t, r2.Messages, 2)
+	require.Equal(t, int64(0), d.int(t, `SELECT retry_count FROM queen.consumers`))
+	// The old lease no longer validates acks; the new one does.
+	old := r2.Messages[0]
+	old.LeaseID = r.LeaseID
+	a := b.ack(t, old, "completed", "")
+	require.False(t, a.Success)
+	require.Equal(t, "Invalid or expired lease", *a.Error)
+	require.True(t, b.ack(t, r2.Messages[0], "completed", "").Success)
+
+	code, body = do(t, "POST", b.URL+"/api/v1/lease/"+r.LeaseID+"/extend", map[string]any{})
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, string(body), `"success":false`)
+}
+
+func TestFailedAcksReachTheDLQAtRetryLimit(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	b.configure(t, "jobs", map[string]any{"retryLimit": 2})
+	pushN(t, b, "jobs", "Default", 0, 1)
+	pushN(t, b, "jobs", "Default", 1, 1)
+	for attempt := 1; attempt <= 3; attempt++ {
+		r := b.pop(t, "jobs", "", nil)
+		require.Len(t, r.Messages, 1)
+		require.Equal(t, "jobs-Default-0", r.Messages[0].TransactionID, "delivery %d", attempt)
+		a := b.ack(t, r.Messages[0], "failed", "")
+		require.True(t, a.Success)
+		require.Equal(t, attempt == 3, a.DLQ, "retryLimit 2: the 3rd failure goes to the DLQ")
+	}
+	r := b.pop(t, "jobs", "", nil)
+	require.Equal(t, "jobs-Default-1", r.Messages[0].TransactionID, "the cursor moved past the dead letter")
+
+	code, body := do(t, "GET", b.URL+"/api/v1/dlq?queue=jobs", nil)
+	require.Equal(t, http.StatusOK, code)
+	var dlq struct {
+		Messages []struct {
+			TransactionID string          `json:"transactionId"`
+			ErrorMessage  string          `json:"errorMessage"`
+			RetryCount    int             `json:"retryCount"`
+			Data          json.RawMessage `json:"data"`
+			Queue         string          `json:"queue"`
+			ConsumerGroup string          `json:"consumerGroup"`
+		} `json:"messages"`
+		Total int `json:"total"`
+	}
+	require.NoError(t, json.Unmarshal(body, &dlq), "%s", body)
+	require.Equal(t, 1, dlq.Total)
+	require.Equal(t, "jobs-Default-0", dlq.Messages[0].TransactionID)
+	require.Equal(t, "boom", dlq.Messages[0].ErrorMessage)
+	require.Equal(t, 2, dlq.Messages[0].RetryCount)
+	require.JSONEq(t, `{"n":0}`, string(dlq.Messages[0].Data))
+	require.Equal(t, "__QUEUE_MODE__", dlq.Messages[0].ConsumerGroup)
+
+	// Filters: another queue, another group, a time range in the future.
+	for _, q := range []string{"queue=other", "queue=jobs&consumerGroup=g", "from=" + url.QueryEscape(time.Now().Add(time.Hour).Format(time.RFC3339))} {
+		_, body := do(t, "GET", b.URL+"/api/v1/dlq?"+q, nil)
+		require.Contains(t, string(body), `"total":0`, q)
+	}
+	// Straight to the DLQ with status dlq.
+	require.True(t, b.ack(t, r.Messages[0], "dlq", "").DLQ)
+	_, body = do(t, "GET", b.URL+"/api/v1/dlq?queue=jobs&limit=1", nil)
+	require.Contains(t, string(body), `"total":2`)
+	require.Contains(t, string(body), `"pagination":{"limit":1,"offset":0}`)
+}
+
+func TestSubscriptionModeNewSkipsHistory(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	pushN(t, b, "hist", "a", 0, 3)
+	g := url.Values{"consumerGroup": {"late"}, "subscriptionMode": {"new"}, "batch": {"10"}}
+	require.Empty(t, b.pop(t, "hist", "", g).Messages, "history is skipped")
+	pushN(t, b, "hist", "a", 3, 2)
+	pushN(t, b, "hist", "b", 0, 1) // a partition created after the group started
+	r := b.pop(t, "hist", "", url.Values{"consumerGroup": {"late"}, "batch": {"10"}, "partitions": {"2"}})
+	var ids []string
+	for _, m := range r.Messages {
+		ids = append(ids, m.TransactionID)
+	}
+	sort.Strings(ids)
+	require.Equal(t, []string{"hist-a-3", "hist-a-4", "hist-b-0"}, ids)
+	require.Equal(t, 2, r.PartitionsClaimed)
+	// A group without a mode reads from the beginning.
+	require.Len(t, b.pop(t, "hist", "a", url.Values{"consumerGroup": {"all"}, "batch": {"10"}}).Messages, 5)
+}
+
+func TestLongPoll(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	// Empty after the timeout: 204.
+	code, body := do(t, "GET", b.URL+"/api/v1/pop/queue/lp?wait=true&timeout=200", nil)
+	require.Equal(t, http.StatusNoContent, code)
+	require.Empty(t, body)
+
+	got := make(chan popResponse, 1)
+	go func() {
+		got <- b.pop(t, "lp", "", url.Values{"wait": {"true"}, "timeout": {"30000"}})
+	}()
+	// The pop is waiting once it has looked and found nothing; a push then
+	// wakes it (whether it landed before or after the look, the pop sees it).
+	b.push(t, item{"queue": "lp", "transactionId": "wake"})
+	r := <-got
+	require.Len(t, r.Messages, 1)
+	require.Equal(t, "wake", r.Messages[0].TransactionID)
+}
+
+func TestUnresolvableAckAndDedupOffAcks(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	b.configure(t, "off", map[string]any{"dedupWindowSeconds": 0})
+	pushN(t, b, "off", "Default", 0, 2)
+	r := b.pop(t, "off", "", url.Values{"batch": {"2"}})
+	for _, a := range b.ackBatch(t, r.Messages, "completed", "") {
+		require.True(t, a.Success, "acks resolve on a dedup-off queue")
+	}
+
+	pushN(t, b, "aged", "Default", 0, 1)
+	r = b.pop(t, "aged", "", nil)
+	// The sidecar row ages out and retention purges it.
+	d.exec(t, `UPDATE queen.log_txns SET created_at = created_at - interval '2 hours'`)
+	st := sqlstoretest.OpenSchema(t, b.Schema)
+	_, err := st.RetainOnce(context.Background(), 100)
+	require.NoError(t, err)
+	a := b.ack(t, r.Messages[0], "completed", "")
+	require.False(t, a.Success, "never a silent success")
+	require.Equal(t, "unresolvable", *a.Error)
+}
+
+func TestTwoBrokersConsumeWithoutDoubleDelivery(t *testing.T) {
+	t.Parallel()
+	schema := sqlstoretest.NewSchema(t)
+	b1 := startBroker(t, schema, nil)
+	b2 := startBroker(t, schema, nil)
+	const perPartition = 30
+	for p := range 4 {
+		pushN(t, b1, "shared", fmt.Sprintf("p%d", p), 0, perPartition)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := []*testBroker{b1, b2}[w%2]
+			for empty := 0; empty < 3; {
+				r := b.pop(t, "shared", "", url.Values{"batch": {"4"}})
+				if len(r.Messages) == 0 {
+					empty++
+					continue
+				}
+				empty = 0
+				mu.Lock()
+				for _, m := range r.Messages {
+					seen[m.TransactionID]++
+				}
+				mu.Unlock()
+				b.ackBatch(t, r.Messages, "completed", "")
+			}
+		}()
+	}
+	wg.Wait()
+	// Stragglers: whatever is left is drained by one consumer.
+	for {
+		r := b1.pop(t, "shared", "", url.Values{"batch": {"100"}})
+		if len(r.Messages) == 0 {
+			break
+		}
+		for _, m := range r.Messages {
+			seen[m.TransactionID]++
+		}
+		b1.ackBatch(t, r.Messages, "completed", "")
+	}
+	require.Len(t, seen, 4*perPartition)
+	for id, n := range seen {
+		require.Equal(t, 1, n, "%s delivered %d times", id, n)
+	}
+}
+
+func TestDelayedProcessingAndWindowBuffer(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	b.configure(t, "delayed", map[string]any{"delayedProcessing": 1})
+	pushN(t, b, "delayed", "Default", 0, 1)
+	require.Empty(t, b.pop(t, "delayed", "", nil).Messages, "invisible until createdAt + 1s")
+	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if len(b.pop(t, "delayed", "", nil).Messages) != 1 {
+			return errNotYet
+		}
+		return nil
+	})
+
+	b.configure(t, "buffered", map[string]any{"windowBuffer": 3600})
+	pushN(t, b, "buffered", "Default", 0, 2)
+	require.Empty(t, b.pop(t, "buffered", "", nil).Messages, "not served while the newest message is younger than windowBuffer")
+	d.exec(t, `UPDATE queen.segments SET created_at = created_at - interval '2 hours'`)
+	require.Len(t, b.pop(t, "buffered", "", url.Values{"batch": {"5"}}).Messages, 2)
+}
+
+func TestConsumerGroupAdmin(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	pushN(t, b, "adm", "Default", 0, 4)
+	g := url.Values{"consumerGroup": {"g"}, "batch": {"2"}}
+	r := b.pop(t, "adm", "", g)
+	b.ackBatch(t, r.Messages, "completed", "g")
+
+	// Seek to the end: nothing left for g.
+	code, body := do(t, "POST", b.URL+"/api/v1/consumer-groups/g/queues/adm/seek", map[string]any{"toEnd": true})
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	require.Empty(t, b.pop(t, "adm", "", g).Messages)
+	code, _ = do(t, "POST", b.URL+"/api/v1/consumer-groups/g/queues/adm/seek", map[string]any{})
+	require.Equal(t, http.StatusBadRequest, code)
+	// Seek to a time before everything: all four again.
+	code, _ = do(t, "POST", b.URL+"/api/v1/consumer-groups/g/queues/adm/seek",
+		map[string]any{"timestamp": time.Now().Add(-time.Hour).Format(time.RFC3339)})
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, b.pop(t, "adm", "", url.Values{"consumerGroup": {"g"}, "batch": {"10"}}).Messages, 4)
+
+	// Deleting the group forgets its cursors: it starts over.
+	code, body = do(t, "DELETE", b.URL+"/api/v1/consumer-groups/g", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, string(body), `"deletedPartitions":1`)
+	require.Len(t, b.pop(t, "adm", "", url.Values{"consumerGroup": {"g"}, "batch": {"10"}}).Messages, 4)
+}
+
+func TestRetentionRemovesConsumedSegments(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	b.configure(t, "done", map[string]any{"retentionEnabled": true, "completedRetentionSeconds": 60})
+	pushN(t, b, "done", "Default", 0, 1)
+	pushN(t, b, "done", "Default", 1, 1)
+	r := b.pop(t, "done", "", nil) // consumes offset 0 only
+	b.ack(t, r.Messages[0], "completed", "")
+	d.exec(t, `UPDATE queen.segments SET created_at = created_at - interval '2 minutes'`)
+	st := sqlstoretest.OpenSchema(t, b.Schema)
+	stats, err := st.RetainOnce(context.Background(), 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), stats.Segments, "only the consumed segment goes")
+	require.Equal(t, int64(1), d.int(t, `SELECT first_offset FROM queen.segments`))
+	require.Equal(t, "done-Default-1", b.pop(t, "done", "", nil).Messages[0].TransactionID)
+}
+
+func TestReplayOutOfTheDLQIsNotSwallowedByDedup(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	orig := b.push(t, item{"queue": "rp", "transactionId": "order:7", "payload": map[string]any{"n": 7}})
+	r := b.pop(t, "rp", "", nil)
+	require.True(t, b.ack(t, r.Messages[0], "dlq", "").DLQ)
+	require.Empty(t, b.pop(t, "rp", "", nil).Messages)
+
+	code, body := do(t, "POST", b.URL+"/api/v1/messages/"+r.Messages[0].PartitionID+"/order:7/retry", nil)
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	var rep struct {
+		Success  bool `json:"success"`
+		Replayed []struct {
+			MessageID string `json:"messageId"`
+		} `json:"replayed"`
+	}
+	require.NoError(t, json.Unmarshal(body, &rep))
+	require.True(t, rep.Success)
+	require.Len(t, rep.Replayed, 1)
+
+	again := b.pop(t, "rp", "", nil)
+	require.Len(t, again.Messages, 1, "the replay is delivered, not swallowed as a duplicate")
+	require.Equal(t, "order:7", again.Messages[0].TransactionID)
+	require.JSONEq(t, `{"n":7}`, string(again.Messages[0].Data))
+	require.Equal(t, rep.Replayed[0].MessageID, again.Messages[0].ID)
+	require.True(t, b.ack(t, again.Messages[0], "completed", "").Success)
+
+	// The DLQ is empty now; a second replay finds nothing.
+	_, body = do(t, "GET", b.URL+"/api/v1/dlq?queue=rp", nil)
+	require.Contains(t, string(body), `"total":0`)
+	code, _ = do(t, "POST", b.URL+"/api/v1/messages/"+r.Messages[0].PartitionID+"/order:7/retry", nil)
+	require.Equal(t, http.StatusNotFound, code)
+	// A producer retry of the original is still a duplicate naming it.
+	dup := b.push(t, item{"queue": "rp", "transactionId": "order:7"})
+	require.Equal(t, "duplicate", dup[0].Status)
+	require.Equal(t, orig[0].MessageID, dup[0].MessageID)
+}

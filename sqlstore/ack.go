@@ -1,0 +1,300 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/regina-mq/regina/partition"
+)
+
+// Ack statuses.
+const (
+	AckCompleted = "completed"
+	AckFailed    = "failed"
+	AckDLQ       = "dlq"
+	AckRetry     = "retry"
+)
+
+// Per-item ack errors.
+const (
+	// AckErrUnresolvable: the transaction id is not (or no longer) in the
+	// partition's hash sidecar, so it cannot be resolved to a message.
+	AckErrUnresolvable = "unresolvable"
+	// AckErrLease: the ack named a lease that is not the partition's live one.
+	AckErrLease = "Invalid or expired lease"
+)
+
+// AckItem is one acknowledgement.
+type AckItem struct {
+	TransactionID string
+	PartitionID   partition.UUID
+	// LeaseID, when set, must be the live lease of (partition, group).
+	LeaseID  partition.UUID
+	HasLease bool
+	// Status is completed (also "success"), failed, dlq or retry.
+	Status string
+	// Error is stored as the DLQ error message.
+	Error string
+}
+
+// AckResult is the outcome of one ack item.
+type AckResult struct {
+	Success       bool
+	Error         string
+	QueueName     string
+	PartitionName string
+	LeaseReleased bool
+	DLQ           bool
+}
+
+type ackTarget struct {
+	idx    int
+	offset int64
+}
+
+// Ack applies acknowledgements for one consumer group. Items of one
+// partition are applied in one transaction, in message order; partitions are
+// independent. Results are in item order.
+func (s *Store) Ack(ctx context.Context, group string, items []AckItem) ([]AckResult, error) {
+	if group == "" {
+		group = QueueModeGroup
+	}
+	results := make([]AckResult, len(items))
+	byPartition := make(map[partition.UUID][]int)
+	var order []partition.UUID
+	for i := range items {
+		p := items[i].PartitionID
+		if _, ok := byPartition[p]; !ok {
+			order = append(order, p)
+		}
+		byPartition[p] = append(byPartition[p], i)
+	}
+	for _, p := range order {
+		idx := byPartition[p]
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			for _, i := range idx {
+				results[i] = AckResult{}
+			}
+			return s.ackPartition(ctx, tx, group, p, items, idx, results)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("ack partition %s: %w", p, classify(err))
+		}
+	}
+	return results, nil
+}
+
+func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p partition.UUID,
+	items []AckItem, idx []int, results []AckResult) error {
+	pid := [16]byte(p)
+	var queueName, partName string
+	var retryLimit int
+	err := tx.QueryRow(ctx, s.sql.ackPartitionInfo, pid).Scan(&queueName, &partName, &retryLimit)
+	if errors.Is(err, pgx.ErrNoRows) {
+		for _, i := range idx {
+			results[i].Error = "Partition not found"
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, i := range idx {
+		results[i].QueueName, results[i].PartitionName = queueName, partName
+	}
+	var (
+		cursor             int64
+		leaseID            *[16]byte
+		leaseLive          bool
+		leaseFrom, leaseTo *int64
+		retryCount         int
+	)
+	err = tx.QueryRow(ctx, s.sql.lockConsumerForAck, pid, group).
+		Scan(&cursor, &leaseID, &leaseLive, &leaseFrom, &leaseTo, &retryCount)
+	if errors.Is(err, pgx.ErrNoRows) {
+		for _, i := range idx {
+			results[i].Error = "No consumer state for this group on this partition (nothing was delivered)"
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+
+	// Resolve transaction ids to offsets through the hash sidecar.
+	hashes := make([][]byte, len(idx))
+	for k, i := range idx {
+		h := partition.HashTxID(items[i].TransactionID)
+		hashes[k] = h[:]
+	}
+	rows, err := tx.Query(ctx, s.sql.resolveOffsets, pid, hashes)
+	if err != nil {
+		return err
+	}
+	candidates := make(map[int][]int64)
+	for rows.Next() {
+		var k int32
+		var off int64
+		if err := rows.Scan(&k, &off); err != nil {
+			rows.Close()
+			return err
+		}
+		candidates[int(k)-1] = append(candidates[int(k)-1], off)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var targets []ackTarget
+	for k, i := range idx {
+		offs := candidates[k]
+		if len(offs) == 0 {
+			results[i].Error = AckErrUnresolvable
+			continue
+		}
+		// With dedup off an id can be stored more than once: prefer the first
+		// one not yet consumed, else the last one (already consumed).
+		sort.Slice(offs, func(a, b int) bool { return offs[a] < offs[b] })
+		chosen := offs[len(offs)-1]
+		for _, o := range offs {
+			if o >= cursor {
+				chosen = o
+				break
+			}
+		}
+		targets = append(targets, ackTarget{idx: i, offset: chosen})
+	}
+	sort.SliceStable(targets, func(a, b int) bool { return targets[a].offset < targets[b].offset })
+
+	failedCounted := false
+	released := false
+	dirty := false
+	for _, t := range targets {
+		it := &items[t.idx]
+		r := &results[t.idx]
+		if t.offset < cursor {
+			r.Success = true // already consumed: acks are idempotent
+			continue
+		}
+		if it.HasLease && (!leaseLive || leaseID == nil || *leaseID != [16]byte(it.LeaseID)) {
+			r.Error = AckErrLease
+			continue
+		}
+		status := it.Status
+		switch status {
+		case "", "success", AckCompleted:
+			cursor = t.offset + 1
+			r.Success = true
+		case AckFailed:
+			if retryCount >= retryLimit {
+				if err := s.moveToDLQ(ctx, tx, pid, group, t.offset, it.Error, retryCount); err != nil {
+					return err
+				}
+				cursor = t.offset + 1
+				r.Success, r.DLQ = true, true
+			} else {
+				if !failedCounted {
+					retryCount++
+					failedCounted = true
+				}
+				leaseID, leaseLive, released = nil, false, true
+				r.Success, r.LeaseReleased = true, true
+			}
+		case AckDLQ:
+			if err := s.moveToDLQ(ctx, tx, pid, group, t.offset, it.Error, retryCount); err != nil {
+				return err
+			}
+			cursor = t.offset + 1
+			r.Success, r.DLQ = true, true
+		case AckRetry:
+			leaseID, leaseLive, released = nil, false, true
+			r.Success, r.LeaseReleased = true, true
+		default:
+			r.Error = fmt.Sprintf("Unknown ack status %q", status)
+			continue
+		}
+		dirty = true
+	}
+	// The batch is complete when the cursor reached the end of the lease.
+	if leaseID != nil && leaseTo != nil && cursor >= *leaseTo {
+		leaseID, leaseLive, released = nil, false, true
+		retryCount = 0
+		for _, t := range targets {
+			if results[t.idx].Success {
+				results[t.idx].LeaseReleased = true
+			}
+		}
+	}
+	if !dirty && !released {
+		return nil
+	}
+	_, err = tx.Exec(ctx, s.sql.updateConsumerAfterAck, pid, group, cursor, released, retryCount)
+	return err
+}
+
+func (s *Store) moveToDLQ(ctx context.Context, tx pgx.Tx, pid [16]byte, group string, off int64, errMsg string, retries int) error {
+	var first int64
+	var count int
+	var frames []byte
+	err := tx.QueryRow(ctx, s.sql.segmentAt, pid, off).Scan(&first, &count, &frames)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // the segment is gone (retention): nothing left to copy
+	}
+	if err != nil {
+		return err
+	}
+	fs, err := partition.DecodeSegment(frames, count)
+	if err != nil {
+		return fmt.Errorf("segment %d: %w", first, err)
+	}
+	k := off - first
+	if k < 0 || k >= int64(len(fs)) {
+		return nil
+	}
+	f := fs[k]
+	if errMsg == "" {
+		errMsg = "Retries exhausted"
+	}
+	var trace any
+	if f.HasTrace {
+		trace = [16]byte(f.TraceID)
+	}
+	_, err = tx.Exec(ctx, s.sql.insertDLQ, pid, group, off, [16]byte(f.MessageID), f.TransactionID, trace,
+		f.Payload, f.Created(), errMsg, retries)
+	return err
+}
+
+// ExtendLease sets every live lease with this id to expire no earlier than
+// seconds from now. It returns the new expiry, or ok=false when no live
+// lease has this id (with expired=true when one existed but had expired).
+func (s *Store) ExtendLease(ctx context.Context, leaseID partition.UUID, seconds int) (expires time.Time, ok, expired bool, err error) {
+	rows, err := s.pool.Query(ctx, s.sql.extendLease, [16]byte(leaseID), seconds)
+	if err != nil {
+		return time.Time{}, false, false, fmt.Errorf("extend lease %s: %w", leaseID, classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e time.Time
+		var live bool
+		if err := rows.Scan(&e, &live); err != nil {
+			return time.Time{}, false, false, fmt.Errorf("extend lease %s: %w", leaseID, classify(err))
+		}
+		if live {
+			ok = true
+			if e.After(expires) {
+				expires = e
+			}
+		} else {
+			expired = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return time.Time{}, false, false, fmt.Errorf("extend lease %s: %w", leaseID, classify(err))
+	}
+	return expires, ok, expired && !ok, nil
+}

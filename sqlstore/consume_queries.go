@@ -1,0 +1,143 @@
+package sqlstore
+
+// consumerQueries fills the consume-side SQL (unqualified: newQueries
+// qualifies it).
+func (q *queries) consumerQueries() {
+	q.popQueue = `SELECT id, lease_time, delayed_processing, window_buffer, retry_limit FROM queen.queues WHERE name = $1`
+	q.ensureGroup = `WITH ins AS (
+			INSERT INTO queen.consumer_groups (queue_id, consumer_group, subscription_from)
+			VALUES ($1, $2, CASE WHEN $4::timestamptz IS NOT NULL THEN $4::timestamptz
+			                     WHEN $3::boolean THEN now() END)
+			ON CONFLICT DO NOTHING RETURNING subscription_from)
+		SELECT subscription_from FROM ins
+		UNION ALL
+		SELECT subscription_from FROM queen.consumer_groups WHERE queue_id = $1 AND consumer_group = $2
+		LIMIT 1`
+	q.popPartitionByName = `SELECT id, name FROM queen.partitions WHERE queue_id = $1 AND name = $2`
+	// Partitions with unread data for the group and no live lease, least
+	// recently served first.
+	q.popCandidates = `SELECT p.id, p.name FROM queen.partitions p
+		  LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
+		 WHERE p.queue_id = $1 AND p.next_offset > coalesce(c.cursor_offset, 0)
+		   AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
+		 ORDER BY c.updated_at NULLS FIRST, p.id
+		 LIMIT $3`
+	// A new cursor starts at 0, or for a group with a start point at the
+	// first segment created after it (the partition's end when none is).
+	q.ensureConsumer = `INSERT INTO queen.consumers (partition_id, consumer_group, cursor_offset)
+		SELECT $1, $2, CASE
+			WHEN $3::timestamptz IS NULL THEN 0
+			WHEN coalesce((SELECT s.created_at FROM queen.segments s WHERE s.partition_id = $1
+			                ORDER BY s.first_offset DESC LIMIT 1), '-infinity') <= $3::timestamptz
+			     THEN (SELECT p.next_offset FROM queen.partitions p WHERE p.id = $1)
+			ELSE coalesce((SELECT s.first_offset FROM queen.segments s WHERE s.partition_id = $1
+			                 AND s.created_at > $3::timestamptz ORDER BY s.first_offset LIMIT 1),
+			              (SELECT p.next_offset FROM queen.partitions p WHERE p.id = $1))
+			END
+		ON CONFLICT DO NOTHING`
+	q.lockConsumer = `SELECT cursor_offset, (lease_id IS NOT NULL AND lease_expires_at > now())
+		  FROM queen.consumers WHERE partition_id = $1 AND consumer_group = $2
+		   FOR UPDATE SKIP LOCKED`
+	q.windowBufferBusy = `SELECT coalesce((SELECT created_at > now() - make_interval(secs => $2)
+		  FROM queen.segments WHERE partition_id = $1 ORDER BY first_offset DESC LIMIT 1), false)`
+	// The segment covering the cursor and the ones after it. When retention
+	// removed the covering one, reading starts at the oldest left.
+	q.readSegments = `SELECT first_offset, frame_count, created_at, frames FROM queen.segments
+		 WHERE partition_id = $1
+		   AND first_offset >= coalesce((SELECT s.first_offset FROM queen.segments s
+		                                  WHERE s.partition_id = $1 AND s.first_offset <= $2
+		                                  ORDER BY s.first_offset DESC LIMIT 1), $2)
+		 ORDER BY first_offset LIMIT $3::integer + 1`
+	q.popAutoAck = `UPDATE queen.consumers SET cursor_offset = $3, lease_id = NULL, lease_expires_at = NULL,
+		       lease_from = NULL, lease_to = NULL, retry_count = 0, updated_at = now()
+		 WHERE partition_id = $1 AND consumer_group = $2`
+	q.popLease = `UPDATE queen.consumers SET lease_id = $3, lease_expires_at = now() + make_interval(secs => $4),
+		       lease_from = $5, lease_to = $6, cursor_offset = $5, updated_at = now()
+		 WHERE partition_id = $1 AND consumer_group = $2`
+
+	q.ackPartitionInfo = `SELECT q.name, p.name, q.retry_limit FROM queen.partitions p
+		  JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1`
+	q.lockConsumerForAck = `SELECT cursor_offset, lease_id, (lease_id IS NOT NULL AND lease_expires_at > now()),
+		       lease_from, lease_to, retry_count
+		  FROM queen.consumers WHERE partition_id = $1 AND consumer_group = $2 FOR UPDATE`
+	// Every stored occurrence of each hash in the sidecar (GIN-driven, as the
+	// full-window probe).
+	q.resolveOffsets = `SELECT h.i::integer, l.first_offset + m.o - 1
+		  FROM queen.log_txns l
+		 CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
+		  JOIN unnest($2::bytea[]) WITH ORDINALITY AS h(h, i) ON h.h = m.h
+		 WHERE l.hashes && $2::bytea[] AND (l.partition_id = $1) IS TRUE`
+	q.updateConsumerAfterAck = `UPDATE queen.consumers SET cursor_offset = $3, retry_count = $5,
+		       lease_id = CASE WHEN $4 THEN NULL ELSE lease_id END,
+		       lease_expires_at = CASE WHEN $4 THEN NULL ELSE lease_expires_at END,
+		       lease_from = CASE WHEN $4 THEN NULL ELSE lease_from END,
+		       lease_to = CASE WHEN $4 THEN NULL ELSE lease_to END,
+		       updated_at = now()
+		 WHERE partition_id = $1 AND consumer_group = $2`
+	q.segmentAt = `SELECT first_offset, frame_count, frames FROM queen.segments
+		 WHERE partition_id = $1 AND first_offset <= $2 ORDER BY first_offset DESC LIMIT 1`
+	q.insertDLQ = `INSERT INTO queen.dlq (partition_id, consumer_group, msg_offset, message_id, transaction_id,
+		       trace_id, payload, created_at, error_message, retry_count)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (partition_id, consumer_group, msg_offset) DO UPDATE
+		   SET error_message = EXCLUDED.error_message, retry_count = EXCLUDED.retry_count, failed_at = now()`
+	q.extendLease = `WITH upd AS (
+			UPDATE queen.consumers SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => $2)),
+			       updated_at = now()
+			 WHERE lease_id = $1 AND lease_expires_at > now()
+			RETURNING lease_expires_at)
+		SELECT lease_expires_at, true FROM upd
+		UNION ALL
+		SELECT lease_expires_at, false FROM queen.consumers WHERE lease_id = $1 AND lease_expires_at <= now()`
+
+	const dlqWhere = ` FROM queen.dlq d
+		  JOIN queen.partitions p ON p.id = d.partition_id
+		  JOIN queen.queues q ON q.id = p.queue_id
+		 WHERE ($1::text IS NULL OR q.name = $1) AND ($2::text IS NULL OR d.consumer_group = $2)
+		   AND ($3::text IS NULL OR p.name = $3)
+		   AND ($4::timestamptz IS NULL OR d.failed_at >= $4) AND ($5::timestamptz IS NULL OR d.failed_at <= $5)`
+	q.countDLQ = `SELECT count(*)` + dlqWhere
+	q.listDLQ = `SELECT d.message_id, d.transaction_id, d.trace_id, d.partition_id, q.name, p.name, d.consumer_group,
+		       d.error_message, d.retry_count, d.payload, d.created_at, d.failed_at` + dlqWhere + `
+		 ORDER BY d.failed_at DESC, d.msg_offset DESC LIMIT $6 OFFSET $7`
+	q.deleteGroupCursors = `DELETE FROM queen.consumers c WHERE c.consumer_group = $1
+		   AND ($2::text IS NULL OR c.partition_id IN (SELECT p.id FROM queen.partitions p
+		        JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $2))`
+	q.deleteGroupMeta = `DELETE FROM queen.consumer_groups g WHERE g.consumer_group = $1
+		   AND ($2::text IS NULL OR g.queue_id = (SELECT id FROM queen.queues WHERE name = $2))`
+	q.seekTargetsExist = `SELECT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		 WHERE q.name = $1 AND ($2::text IS NULL OR p.name = $2))`
+	q.seek = `INSERT INTO queen.consumers (partition_id, consumer_group, cursor_offset)
+		SELECT p.id, $3, CASE WHEN $4::timestamptz IS NULL THEN p.next_offset
+		       ELSE coalesce((SELECT s.first_offset FROM queen.segments s WHERE s.partition_id = p.id
+		                        AND s.created_at > $4::timestamptz ORDER BY s.first_offset LIMIT 1), p.next_offset) END
+		  FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		 WHERE q.name = $1 AND ($2::text IS NULL OR p.name = $2)
+		ON CONFLICT (partition_id, consumer_group) DO UPDATE
+		   SET cursor_offset = EXCLUDED.cursor_offset, lease_id = NULL, lease_expires_at = NULL,
+		       lease_from = NULL, lease_to = NULL, retry_count = 0, updated_at = now()`
+	q.lockPartition = `SELECT p.next_offset, q.name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		 WHERE p.id = $1 FOR UPDATE OF p`
+	// One row per group that dead-lettered it; several groups can hold the
+	// same message, which is replayed once.
+	q.takeDLQ = `DELETE FROM queen.dlq WHERE partition_id = $1 AND transaction_id = $2
+		   AND ($3::text IS NULL OR consumer_group = $3)
+		RETURNING msg_offset, payload, trace_id`
+	q.replayInsert = `WITH seg AS (
+			INSERT INTO queen.segments (partition_id, first_offset, frame_count, frames) VALUES ($1, $2, 1, $3)),
+		hashes AS (
+			INSERT INTO queen.log_txns (partition_id, first_offset, hashes) VALUES ($1, $2, $4))
+		UPDATE queen.partitions SET next_offset = $2 + 1 WHERE id = $1`
+	q.setSubscription = `UPDATE queen.consumer_groups SET subscription_from = $2 WHERE consumer_group = $1`
+
+	// Consumed segments: older than completedRetentionSeconds and below every
+	// group's cursor on the partition (kept while no group has read them).
+	q.purgeConsumed = `DELETE FROM queen.segments s USING (
+			SELECT first_offset FROM (
+				SELECT first_offset, frame_count, created_at FROM queen.segments
+				 WHERE partition_id = $1 ORDER BY first_offset LIMIT $3) o
+			 WHERE o.created_at < now() - make_interval(secs => $2)
+			   AND o.first_offset + o.frame_count <= (SELECT min(c.cursor_offset) FROM queen.consumers c
+			                                          WHERE c.partition_id = $1)) d
+		WHERE s.partition_id = $1 AND s.first_offset = d.first_offset`
+}

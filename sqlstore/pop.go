@@ -1,0 +1,272 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/regina-mq/regina/partition"
+)
+
+// QueueModeGroup is the consumer group of Queen's queue mode (competing
+// consumers sharing one cursor per partition).
+const QueueModeGroup = "__QUEUE_MODE__"
+
+// PopRequest asks for messages.
+type PopRequest struct {
+	Queue string
+	// Partition names one partition; empty means any partition of the queue.
+	Partition string
+	Group     string
+	// Batch is the most messages returned in total (>= 1).
+	Batch int
+	// Partitions is the most partitions claimed by an any-partition pop (>= 1).
+	Partitions int
+	// AutoAck moves the cursor past what is returned at once; no lease.
+	AutoAck bool
+	// SubscriptionNew starts a brand-new named group at the time of its first
+	// pop; SubscriptionFrom (non-zero) starts it after that time.
+	SubscriptionNew  bool
+	SubscriptionFrom time.Time
+}
+
+// PoppedMessage is one delivered message.
+type PoppedMessage struct {
+	partition.Frame
+	Offset        int64
+	PartitionID   partition.UUID
+	PartitionName string
+}
+
+// PopResult is what a pop delivered. Messages are in offset order within each
+// partition, partitions in claim order.
+type PopResult struct {
+	Messages []PoppedMessage
+	// LeaseID is shared by every claimed partition; zero with AutoAck.
+	LeaseID partition.UUID
+	// Claimed lists the partitions delivered from.
+	Claimed []ClaimedPartition
+	// Empty explains an empty result: "no_available_partition",
+	// "partition_not_found", "lease_held", "window_buffer", "queue_not_found"
+	// or "" (nothing new).
+	Empty string
+}
+
+// ClaimedPartition is one partition a pop delivered from.
+type ClaimedPartition struct {
+	ID   partition.UUID
+	Name string
+}
+
+type queueInfo struct {
+	id                                    [16]byte
+	leaseTime, delayed, windowBuffer, lim int
+}
+
+type consumerRow struct {
+	cursor    int64
+	leaseLive bool
+}
+
+// Pop claims partitions and leases (or, with AutoAck, consumes) up to Batch
+// messages from the group's cursors, in one transaction. A partition is
+// claimed only when the group holds no live lease on it, and under a row lock
+// taken with SKIP LOCKED, so two consumers (on any brokers) never receive the
+// same message while its lease is live.
+func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
+	var res PopResult
+	if req.Batch < 1 {
+		req.Batch = 1
+	}
+	if req.Partitions < 1 {
+		req.Partitions = 1
+	}
+	if req.Group == "" {
+		req.Group = QueueModeGroup
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res = PopResult{}
+		var q queueInfo
+		err := tx.QueryRow(ctx, s.sql.popQueue, req.Queue).Scan(&q.id, &q.leaseTime, &q.delayed, &q.windowBuffer, &q.lim)
+		if errors.Is(err, pgx.ErrNoRows) {
+			res.Empty = "queue_not_found"
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if q.leaseTime <= 0 {
+			q.leaseTime = 60
+		}
+		var subFrom *time.Time
+		if req.Group != QueueModeGroup {
+			var from *time.Time
+			if !req.SubscriptionFrom.IsZero() {
+				from = &req.SubscriptionFrom
+			}
+			if err := tx.QueryRow(ctx, s.sql.ensureGroup, q.id, req.Group, req.SubscriptionNew, from).Scan(&subFrom); err != nil {
+				return err
+			}
+		}
+		var candidates []ClaimedPartition
+		if req.Partition != "" {
+			var c ClaimedPartition
+			err := tx.QueryRow(ctx, s.sql.popPartitionByName, q.id, req.Partition).Scan((*uuidScanner)(&c.ID), &c.Name)
+			if errors.Is(err, pgx.ErrNoRows) {
+				res.Empty = "partition_not_found"
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			candidates = append(candidates, c)
+		} else {
+			rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, req.Group, req.Partitions*4+4)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var c ClaimedPartition
+				if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name); err != nil {
+					rows.Close()
+					return err
+				}
+				candidates = append(candidates, c)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		leaseID := partition.NewV7()
+		if req.AutoAck {
+			leaseID = partition.ZeroUUID
+		}
+		held := false
+		for _, c := range candidates {
+			if len(res.Claimed) >= req.Partitions || len(res.Messages) >= req.Batch {
+				break
+			}
+			got, why, err := s.popPartition(ctx, tx, &q, &req, c, subFrom, leaseID, req.Batch-len(res.Messages))
+			if err != nil {
+				return fmt.Errorf("partition %s: %w", c.Name, err)
+			}
+			if why == "lease_held" || why == "window_buffer" {
+				held = true
+				if req.Partition != "" {
+					res.Empty = why
+				}
+			}
+			if len(got) > 0 {
+				res.Claimed = append(res.Claimed, c)
+				res.Messages = append(res.Messages, got...)
+			}
+		}
+		if len(res.Messages) > 0 {
+			res.LeaseID = leaseID
+			res.Empty = ""
+		} else if req.Partition == "" && (held || len(candidates) == 0) {
+			res.Empty = "no_available_partition"
+		}
+		return nil
+	})
+	if err != nil {
+		return PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
+	}
+	return res, nil
+}
+
+// popPartition delivers up to max messages of one partition to the group.
+func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *PopRequest, c ClaimedPartition,
+	subFrom *time.Time, leaseID partition.UUID, max int) ([]PoppedMessage, string, error) {
+	pid := [16]byte(c.ID)
+	if _, err := tx.Exec(ctx, s.sql.ensureConsumer, pid, req.Group, subFrom); err != nil {
+		return nil, "", err
+	}
+	var cur consumerRow
+	err := tx.QueryRow(ctx, s.sql.lockConsumer, pid, req.Group).Scan(&cur.cursor, &cur.leaseLive)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, "lease_held", nil // another pop holds the row right now
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if cur.leaseLive {
+		return nil, "lease_held", nil
+	}
+	if q.windowBuffer > 0 {
+		var busy bool
+		if err := tx.QueryRow(ctx, s.sql.windowBufferBusy, pid, q.windowBuffer).Scan(&busy); err != nil {
+			return nil, "", err
+		}
+		if busy {
+			return nil, "window_buffer", nil
+		}
+	}
+	rows, err := tx.Query(ctx, s.sql.readSegments, pid, cur.cursor, max)
+	if err != nil {
+		return nil, "", err
+	}
+	type seg struct {
+		first   int64
+		count   int
+		created time.Time
+		frames  []byte
+	}
+	var segs []seg
+	for rows.Next() {
+		var sg seg
+		if err := rows.Scan(&sg.first, &sg.count, &sg.created, &sg.frames); err != nil {
+			rows.Close()
+			return nil, "", err
+		}
+		segs = append(segs, sg)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	var now time.Time
+	if q.delayed > 0 {
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return nil, "", err
+		}
+	}
+	var out []PoppedMessage
+segments:
+	for _, sg := range segs {
+		frames, err := partition.DecodeSegment(sg.frames, sg.count)
+		if err != nil {
+			return nil, "", fmt.Errorf("segment %d: %w", sg.first, err)
+		}
+		for k := range frames {
+			off := sg.first + int64(k)
+			if off < cur.cursor {
+				continue
+			}
+			if q.delayed > 0 && frames[k].Created().Add(time.Duration(q.delayed)*time.Second).After(now) {
+				break segments // FIFO: nothing after an invisible message either
+			}
+			out = append(out, PoppedMessage{Frame: frames[k], Offset: off, PartitionID: c.ID, PartitionName: c.Name})
+			if len(out) >= max {
+				break segments
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, "", nil
+	}
+	from, to := out[0].Offset, out[len(out)-1].Offset+1
+	if req.AutoAck {
+		_, err = tx.Exec(ctx, s.sql.popAutoAck, pid, req.Group, to)
+	} else {
+		_, err = tx.Exec(ctx, s.sql.popLease, pid, req.Group, [16]byte(leaseID), q.leaseTime, from, to)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return out, "", nil
+}

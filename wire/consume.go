@@ -1,0 +1,576 @@
+package wire
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/encoding/json"
+	"github.com/valyala/fasthttp"
+
+	"github.com/regina-mq/regina/actor"
+	"github.com/regina-mq/regina/partition"
+)
+
+// Bounds on pop parameters.
+const (
+	MaxPopBatch   = 10000
+	MaxPopTimeout = 10 * time.Minute
+)
+
+// PopParams are the decoded query parameters of a pop.
+type PopParams struct {
+	Req  actor.PopRequest
+	Wait time.Duration
+}
+
+// queryBool is true for "true" or "1", as Queen reads booleans.
+func queryBool(args *fasthttp.Args, key string) bool {
+	v := string(args.Peek(key))
+	return v == "true" || v == "1"
+}
+
+// queryInt returns the integer value of key, def when missing or bad.
+func queryInt(args *fasthttp.Args, key string, def int) int {
+	v := args.Peek(key)
+	if len(v) == 0 {
+		return def
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+// DecodePop reads a pop's query parameters. Bad integers fall back to their
+// defaults, as upstream does; a bad subscriptionFrom or subscriptionMode is a
+// 400.
+func DecodePop(queue, part string, args *fasthttp.Args) (PopParams, error) {
+	var p PopParams
+	r := &p.Req
+	r.Queue, r.Partition = queue, part
+	r.Group = string(args.Peek("consumerGroup"))
+	if r.Group == "" {
+		r.Group = actor.QueueModeGroup
+	}
+	r.Batch = min(max(queryInt(args, "batch", 1), 1), MaxPopBatch)
+	r.Partitions = min(max(queryInt(args, "partitions", 1), 1), 1000)
+	r.AutoAck = queryBool(args, "autoAck")
+	switch mode := string(args.Peek("subscriptionMode")); mode {
+	case "", "all":
+	case "new", "new-only":
+		r.SubscriptionNew = true
+	default:
+		return p, errors.New("subscriptionMode must be all, new or new-only")
+	}
+	switch from := string(args.Peek("subscriptionFrom")); from {
+	case "":
+	case "now":
+		r.SubscriptionNew = true
+	default:
+		t, err := time.Parse(time.RFC3339Nano, from)
+		if err != nil {
+			return p, errors.New("subscriptionFrom must be \"now\" or an RFC 3339 timestamp")
+		}
+		r.SubscriptionFrom = t
+	}
+	if queryBool(args, "wait") {
+		ms := queryInt(args, "timeout", 30000)
+		p.Wait = min(time.Duration(max(ms, 0))*time.Millisecond, MaxPopTimeout)
+	}
+	return p, nil
+}
+
+func (s *Server) handlePop(ctx *fasthttp.RequestCtx, queue, part string) {
+	p, err := DecodePop(queue, part, ctx.QueryArgs())
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	res, err := s.reg.Pop(ctx, p.Req, p.Wait)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	if len(res.Messages) == 0 {
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		return
+	}
+	b := make([]byte, 0, 256+len(res.Messages)*300)
+	first := res.Claimed[0]
+	lease := ""
+	if !p.Req.AutoAck {
+		lease = res.LeaseID.String()
+	}
+	b = append(b, `{"success":true,"queue":`...)
+	b = appendString(b, queue)
+	b = append(b, `,"partition":`...)
+	b = appendString(b, first.Name)
+	b = append(b, `,"partitionId":"`...)
+	b = first.ID.AppendText(b)
+	b = append(b, `","leaseId":`...)
+	b = appendString(b, lease)
+	b = append(b, `,"consumerGroup":`...)
+	b = appendString(b, p.Req.Group)
+	b = append(b, `,"partitionsClaimed":`...)
+	b = appendInt(b, int64(len(res.Claimed)))
+	b = append(b, `,"messages":[`...)
+	for i := range res.Messages {
+		m := &res.Messages[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":"`...)
+		b = m.MessageID.AppendText(b)
+		b = append(b, `","transactionId":`...)
+		b = appendString(b, m.TransactionID)
+		b = append(b, `,"traceId":`...)
+		if m.HasTrace {
+			b = append(b, '"')
+			b = m.TraceID.AppendText(b)
+			b = append(b, '"')
+		} else {
+			b = append(b, "null"...)
+		}
+		b = append(b, `,"data":`...)
+		b = append(b, m.Payload...)
+		b = append(b, `,"producerSub":null,"createdAt":"`...)
+		b = m.Created().AppendFormat(b, "2006-01-02T15:04:05.000000Z")
+		b = append(b, `","queue":`...)
+		b = appendString(b, queue)
+		b = append(b, `,"partition":`...)
+		b = appendString(b, m.PartitionName)
+		b = append(b, `,"partitionId":"`...)
+		b = m.PartitionID.AppendText(b)
+		b = append(b, `","leaseId":`...)
+		b = appendString(b, lease)
+		b = append(b, `,"consumerGroup":`...)
+		b = appendString(b, p.Req.Group)
+		b = append(b, '}')
+	}
+	b = append(b, "]}"...)
+	writeRaw(ctx, fasthttp.StatusOK, b)
+}
+
+type rawAck struct {
+	TransactionID json.RawMessage `json:"transactionId"`
+	PartitionID   json.RawMessage `json:"partitionId"`
+	LeaseID       json.RawMessage `json:"leaseId"`
+	Status        json.RawMessage `json:"status"`
+	Error         json.RawMessage `json:"error"`
+	ConsumerGroup json.RawMessage `json:"consumerGroup"`
+}
+
+// decodeAckItem validates one acknowledgement.
+func decodeAckItem(r *rawAck, batch bool) (actor.AckItem, error) {
+	var it actor.AckItem
+	var err error
+	if kindOf(r.TransactionID) != kindString {
+		if batch {
+			return it, errors.New("Each acknowledgment must have a valid transactionId string")
+		}
+		return it, errors.New("transactionId is required")
+	}
+	if it.TransactionID, err = rawString(r.TransactionID); err != nil || it.TransactionID == "" {
+		return it, errors.New("transactionId is required")
+	}
+	if kindOf(r.PartitionID) != kindString {
+		if batch {
+			return it, errors.New("Each acknowledgment must have a valid partitionId string to ensure message uniqueness")
+		}
+		return it, errors.New("partitionId is required to ensure message uniqueness")
+	}
+	ps, _ := rawString(r.PartitionID)
+	if it.PartitionID, err = partition.ParseUUID(ps); err != nil {
+		return it, errors.New("partitionId must be a UUID")
+	}
+	if kindOf(r.LeaseID) == kindString {
+		ls, _ := rawString(r.LeaseID)
+		if ls != "" {
+			if it.LeaseID, err = partition.ParseUUID(ls); err != nil {
+				return it, errors.New("leaseId must be a UUID")
+			}
+			it.HasLease = true
+		}
+	}
+	it.Status = "completed"
+	switch kindOf(r.Status) {
+	case kindMissing, kindNull:
+	case kindString:
+		it.Status, _ = rawString(r.Status)
+		if it.Status == "" {
+			it.Status = "completed"
+		}
+	default:
+		return it, errors.New("status must be a string")
+	}
+	switch it.Status {
+	case "completed", "success", "failed", "dlq", "retry":
+	default:
+		return it, errors.New("status must be completed, success, failed, dlq or retry")
+	}
+	if kindOf(r.Error) == kindString {
+		it.Error, _ = rawString(r.Error)
+	}
+	return it, nil
+}
+
+func groupOf(raw json.RawMessage) string {
+	if kindOf(raw) == kindString {
+		if g, _ := rawString(raw); g != "" {
+			return g
+		}
+	}
+	return actor.QueueModeGroup
+}
+
+func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
+	body := ctx.PostBody()
+	if err := checkBody(body); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	var r rawAck
+	if kindOf(body) != kindObject {
+		writeError(ctx, fasthttp.StatusBadRequest, "Request body must be a JSON object")
+		return
+	}
+	if err := unmarshal(body, &r); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, invalidJSON(err).Error())
+		return
+	}
+	it, err := decodeAckItem(&r, false)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	s.ack(ctx, groupOf(r.ConsumerGroup), []actor.AckItem{it})
+}
+
+func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
+	body := ctx.PostBody()
+	if err := checkBody(body); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	var top struct {
+		Acks          json.RawMessage `json:"acknowledgments"`
+		ConsumerGroup json.RawMessage `json:"consumerGroup"`
+	}
+	if kindOf(body) != kindObject {
+		writeError(ctx, fasthttp.StatusBadRequest, "Request body must be a JSON object")
+		return
+	}
+	if err := unmarshal(body, &top); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, invalidJSON(err).Error())
+		return
+	}
+	if kindOf(top.Acks) != kindArray {
+		writeError(ctx, fasthttp.StatusBadRequest, "acknowledgments array is required")
+		return
+	}
+	var raws []rawAck
+	if err := unmarshal(top.Acks, &raws); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, "Each acknowledgment must be an object")
+		return
+	}
+	items := make([]actor.AckItem, len(raws))
+	for i := range raws {
+		it, err := decodeAckItem(&raws[i], true)
+		if err != nil {
+			writeError(ctx, fasthttp.StatusBadRequest, "acknowledgments["+strconv.Itoa(i)+"]: "+err.Error())
+			return
+		}
+		items[i] = it
+	}
+	// The top-level group overrides per-item ones, as upstream does.
+	group := groupOf(top.ConsumerGroup)
+	if len(top.ConsumerGroup) == 0 && len(raws) > 0 {
+		group = groupOf(raws[0].ConsumerGroup)
+	}
+	s.ack(ctx, group, items)
+}
+
+type ackResultView struct {
+	Index         int     `json:"index"`
+	TransactionID string  `json:"transactionId"`
+	Success       bool    `json:"success"`
+	Error         *string `json:"error"`
+	QueueName     string  `json:"queueName"`
+	PartitionName string  `json:"partitionName"`
+	LeaseReleased bool    `json:"leaseReleased"`
+	DLQ           bool    `json:"dlq"`
+}
+
+func (s *Server) ack(ctx *fasthttp.RequestCtx, group string, items []actor.AckItem) {
+	res, err := s.reg.Ack(ctx, group, items)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	out := make([]ackResultView, len(items))
+	for i, r := range res {
+		v := ackResultView{Index: i, TransactionID: items[i].TransactionID, Success: r.Success,
+			QueueName: r.QueueName, PartitionName: r.PartitionName, LeaseReleased: r.LeaseReleased, DLQ: r.DLQ}
+		if r.Error != "" {
+			e := r.Error
+			v.Error = &e
+		}
+		out[i] = v
+	}
+	writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+func (s *Server) handleExtendLease(ctx *fasthttp.RequestCtx, leaseID string) {
+	id, err := partition.ParseUUID(leaseID)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, "leaseId must be a UUID")
+		return
+	}
+	seconds := 60
+	if body := ctx.PostBody(); len(strings.TrimSpace(string(body))) > 0 {
+		if err := checkBody(body); err != nil {
+			writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+			return
+		}
+		var r struct {
+			Seconds json.RawMessage `json:"seconds"`
+		}
+		if err := unmarshal(body, &r); err != nil {
+			writeError(ctx, fasthttp.StatusBadRequest, invalidJSON(err).Error())
+			return
+		}
+		if kindOf(r.Seconds) == kindNumber {
+			n, err := nonNegInt(r.Seconds)
+			if err != nil || n == 0 {
+				writeError(ctx, fasthttp.StatusBadRequest, "seconds must be a positive whole number")
+				return
+			}
+			seconds = n
+		}
+	}
+	exp, ok, expired, err := s.reg.ExtendLease(ctx, id, seconds)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	v := map[string]any{"index": 0, "leaseId": id.String(), "success": ok, "error": nil}
+	switch {
+	case ok:
+		ts := exp.UTC().Format("2006-01-02T15:04:05.000Z")
+		v["expiresAt"], v["newExpiresAt"] = ts, ts
+	case expired:
+		v["error"] = "Lease already expired"
+	default:
+		v["error"] = "Lease not found"
+	}
+	writeJSON(ctx, fasthttp.StatusOK, []any{v})
+}
+
+func parseTimeParam(args *fasthttp.Args, key string) (time.Time, error) {
+	v := string(args.Peek(key))
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, errors.New(key + " must be an RFC 3339 timestamp")
+	}
+	return t, nil
+}
+
+func (s *Server) handleDLQ(ctx *fasthttp.RequestCtx) {
+	args := ctx.QueryArgs()
+	f := actor.DLQFilter{Queue: string(args.Peek("queue")), Group: string(args.Peek("consumerGroup")),
+		Partition: string(args.Peek("partition")),
+		Limit:     min(max(queryInt(args, "limit", 100), 1), 10000), Offset: max(queryInt(args, "offset", 0), 0)}
+	var err error
+	if f.From, err = parseTimeParam(args, "from"); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	if f.To, err = parseTimeParam(args, "to"); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	list, total, err := s.reg.ListDLQ(ctx, f)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	b := make([]byte, 0, 128+len(list)*300)
+	b = append(b, `{"messages":[`...)
+	for i := range list {
+		d := &list[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":"`...)
+		b = d.MessageID.AppendText(b)
+		b = append(b, `","transactionId":`...)
+		b = appendString(b, d.TransactionID)
+		b = append(b, `,"traceId":`...)
+		if d.TraceID != nil {
+			b = append(b, '"')
+			b = d.TraceID.AppendText(b)
+			b = append(b, '"')
+		} else {
+			b = append(b, "null"...)
+		}
+		b = append(b, `,"partitionId":"`...)
+		b = d.PartitionID.AppendText(b)
+		b = append(b, `","queue":`...)
+		b = appendString(b, d.Queue)
+		b = append(b, `,"partition":`...)
+		b = appendString(b, d.Partition)
+		b = append(b, `,"consumerGroup":`...)
+		b = appendString(b, d.Group)
+		b = append(b, `,"errorMessage":`...)
+		b = appendString(b, d.ErrorMessage)
+		b = append(b, `,"retryCount":`...)
+		b = appendInt(b, int64(d.RetryCount))
+		b = append(b, `,"data":`...)
+		b = append(b, d.Payload...)
+		b = append(b, `,"producerSub":null,"createdAt":"`...)
+		b = d.CreatedAt.UTC().AppendFormat(b, "2006-01-02T15:04:05.000000Z")
+		b = append(b, `","failedAt":"`...)
+		b = d.FailedAt.UTC().AppendFormat(b, "2006-01-02T15:04:05.000000Z")
+		b = append(b, `"}`...)
+	}
+	b = append(b, `],"total":`...)
+	b = appendInt(b, total)
+	b = append(b, `,"pagination":{"limit":`...)
+	b = appendInt(b, int64(f.Limit))
+	b = append(b, `,"offset":`...)
+	b = appendInt(b, int64(f.Offset))
+	b = append(b, "}}"...)
+	writeRaw(ctx, fasthttp.StatusOK, b)
+}
+
+// handleConsumerGroups serves /api/v1/consumer-groups/... (segs after it).
+func (s *Server) handleConsumerGroups(ctx *fasthttp.RequestCtx, method string, segs []string) {
+	group := segs[0]
+	deleteMeta := true
+	if v := ctx.QueryArgs().Peek("deleteMetadata"); len(v) > 0 {
+		deleteMeta = string(v) == "true" || string(v) == "1"
+	}
+	switch {
+	case len(segs) == 1 && method == "DELETE":
+		n, err := s.reg.DeleteConsumerGroup(ctx, group, "", deleteMeta)
+		if err != nil {
+			s.writeCoreError(ctx, err)
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group,
+			"deletedPartitions": n, "metadataDeleted": deleteMeta})
+	case len(segs) == 2 && segs[1] == "subscription" && method == "POST":
+		var r struct {
+			TS json.RawMessage `json:"subscriptionTimestamp"`
+		}
+		body := ctx.PostBody()
+		if checkBody(body) != nil || unmarshal(body, &r) != nil || kindOf(r.TS) != kindString {
+			writeError(ctx, fasthttp.StatusBadRequest, "Missing subscriptionTimestamp in request body")
+			return
+		}
+		v, _ := rawString(r.TS)
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(ctx, fasthttp.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 timestamp")
+			return
+		}
+		n, err := s.reg.SetSubscription(ctx, group, t)
+		if err != nil {
+			s.writeCoreError(ctx, err)
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group,
+			"subscriptionTimestamp": t.UTC().Format(time.RFC3339Nano), "queuesUpdated": n})
+	case len(segs) == 3 && segs[1] == "queues" && method == "DELETE":
+		n, err := s.reg.DeleteConsumerGroup(ctx, group, segs[2], deleteMeta)
+		if err != nil {
+			s.writeCoreError(ctx, err)
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queue": segs[2],
+			"deletedPartitions": n, "metadataDeleted": deleteMeta})
+	case len(segs) == 4 && segs[1] == "queues" && segs[3] == "seek" && method == "POST":
+		s.seek(ctx, group, segs[2], "", true)
+	case len(segs) == 6 && segs[1] == "queues" && segs[3] == "partitions" && segs[5] == "seek" && method == "POST":
+		s.seek(ctx, group, segs[2], segs[4], false)
+	default:
+		notFound(ctx)
+	}
+}
+
+func (s *Server) seek(ctx *fasthttp.RequestCtx, group, queue, part string, needTarget bool) {
+	var r struct {
+		ToEnd     json.RawMessage `json:"toEnd"`
+		Timestamp json.RawMessage `json:"timestamp"`
+	}
+	body := ctx.PostBody()
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := checkBody(body); err != nil {
+			writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+			return
+		}
+		if err := unmarshal(body, &r); err != nil {
+			writeError(ctx, fasthttp.StatusBadRequest, invalidJSON(err).Error())
+			return
+		}
+	}
+	var at time.Time
+	switch {
+	case kindOf(r.Timestamp) == kindString:
+		v, _ := rawString(r.Timestamp)
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(ctx, fasthttp.StatusBadRequest, "timestamp must be an RFC 3339 timestamp")
+			return
+		}
+		at = t
+	case string(r.ToEnd) == "true" || !needTarget:
+	default:
+		writeError(ctx, fasthttp.StatusBadRequest, "Either toEnd: true or timestamp is required")
+		return
+	}
+	n, ok, err := s.reg.Seek(ctx, group, queue, part, at)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	if !ok {
+		writeError(ctx, fasthttp.StatusNotFound, "Queue or partition not found")
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queue": queue,
+		"partitionsUpdated": n})
+}
+
+// handleRetryMessage serves POST /api/v1/messages/:partitionId/:transactionId/retry:
+// replay a dead letter into its partition (bypassing deduplication, which
+// would otherwise swallow it). consumerGroup (query) limits it to one group's
+// dead letter.
+func (s *Server) handleRetryMessage(ctx *fasthttp.RequestCtx, partitionID, txID string) {
+	pid, err := partition.ParseUUID(partitionID)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, "partitionId must be a UUID")
+		return
+	}
+	out, err := s.reg.ReplayDLQ(ctx, pid, txID, string(ctx.QueryArgs().Peek("consumerGroup")))
+	if errors.Is(err, actor.ErrNotInDLQ) {
+		writeError(ctx, fasthttp.StatusNotFound, "Message not found in the dead-letter queue")
+		return
+	}
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	replayed := make([]map[string]any, len(out))
+	for i, r := range out {
+		replayed[i] = map[string]any{"messageId": r.MessageID.String(), "offset": r.Offset}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "partitionId": pid.String(),
+		"transactionId": txID, "replayed": replayed})
+}

@@ -1,0 +1,107 @@
+package wire
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/regina-mq/regina/partition"
+)
+
+// FuzzDecodePush feeds arbitrary bodies to DecodePush. It must never panic,
+// and every item it accepts must satisfy the invariants the push path relies
+// on.
+func FuzzDecodePush(f *testing.F) {
+	for _, seed := range []string{
+		`{"items":[{"queue":"orders","payload":{"id":1}}]}`,
+		`{"items":[{"queue":"orders","partition":"eu-1","transactionId":"order-42","payload":{"b":2, "a":[1,2.50]}}]}`,
+		`{"items":[{"queue":"q","traceId":"0190a5b2-3c4d-7e8f-9a0b-1c2d3e4f5a6b","payload":"x"},{"queue":"q","transactionId":"","payload":null}]}`,
+		`{"items":[{"queue":"q\u00e9","partition":"p\"1","transactionId":"t\\u2603","payload":[[[{"k":"]"}]]]}]}`,
+		`{"items":[{"queue":"q","partition":null,"transactionId":null,"traceId":null}]}`,
+		`{"items":[]}`,
+		`{"items":[{"queue":1}]}`,
+		`{"items":{}}`,
+		`[{"queue":"q"}]`,
+		`{"items":[{"queue":"q","payload":1e400}]}`,
+		`{"items":[{"queue":"q","transactionId":"\ud800"}]}`,
+		`{"items":[{"queue":"` + strings.Repeat("q", 255) + `","transactionId":"` + strings.Repeat("t", 255) + `"}]}`,
+		"",
+		"{\"items\":[{\"queue\":\"\xff\"}]}",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		items, err := DecodePush(body)
+		if err != nil {
+			require.Nil(t, items)
+			require.NotEmpty(t, err.Error())
+			return
+		}
+		for i, it := range items {
+			require.NotEmpty(t, it.Queue, "item %d", i)
+			require.LessOrEqual(t, len(it.Queue), MaxNameLen, "item %d", i)
+			require.True(t, utf8.ValidString(it.Queue), "item %d queue %q", i, it.Queue)
+			require.NotContains(t, it.Queue, "\x00", "item %d", i)
+			require.NotEmpty(t, it.Partition, "item %d", i)
+			require.LessOrEqual(t, len(it.Partition), MaxNameLen, "item %d", i)
+			require.True(t, utf8.ValidString(it.Partition), "item %d partition %q", i, it.Partition)
+			require.NotContains(t, it.Partition, "\x00", "item %d", i)
+			require.NotEmpty(t, it.TransactionID, "item %d", i)
+			require.LessOrEqual(t, len(it.TransactionID), partition.MaxTxIDLen, "item %d", i)
+			require.True(t, utf8.ValidString(it.TransactionID), "item %d tx %q", i, it.TransactionID)
+			if it.Minted {
+				_, err := partition.ParseUUID(it.TransactionID)
+				require.NoError(t, err, "item %d minted tx %q", i, it.TransactionID)
+			}
+			if !it.HasTrace {
+				require.True(t, it.TraceID.IsZero(), "item %d", i)
+			}
+			require.True(t, json.Valid(it.Payload), "item %d payload %q", i, it.Payload)
+			b := partition.Body{TransactionID: it.TransactionID, Payload: it.Payload}
+			require.NoError(t, b.Validate(), "item %d", i)
+		}
+	})
+}
+
+// FuzzDecodeConfigure feeds arbitrary bodies to DecodeConfigure. It must never
+// panic, and accepted requests must carry a usable queue name and in-range
+// options.
+func FuzzDecodeConfigure(f *testing.F) {
+	for _, seed := range []string{
+		`{"queue":"q"}`,
+		`{"queue":"orders","namespace":"shop","task":"billing","options":{"leaseTime":60,"retryLimit":5,"dedupWindowSeconds":0,"deadLetterQueue":true}}`,
+		`{"queue":"q","options":{"ttl":2147483647,"retryDelay":1e3,"priority":5.0}}`,
+		`{"queue":"q","options":{"ttl":-1}}`,
+		`{"queue":"q","options":{"maxSize":"10","retentionEnabled":1}}`,
+		`{"queue":"q","options":{"encryptionEnabled":true}}`,
+		`{"queue":"q","namespace":5,"task":null,"options":{"unknown":[1,{"a":null}]}}`,
+		`{"queue":null}`,
+		`{"queue":"q\u0000"}`,
+		`[]`,
+		"",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := DecodeConfigure(body)
+		if err != nil {
+			require.NotEmpty(t, err.Error())
+			return
+		}
+		require.NotEmpty(t, req.Queue)
+		require.LessOrEqual(t, len(req.Queue), MaxNameLen)
+		require.True(t, utf8.ValidString(req.Queue), "queue %q", req.Queue)
+		require.NotContains(t, req.Queue, "\x00")
+		require.False(t, req.Options.EncryptionEnabled)
+		o := req.Options
+		for _, n := range []int{o.LeaseTime, o.RetryLimit, o.RetryDelay, o.MaxSize, o.TTL, o.Priority,
+			o.DelayedProcessing, o.WindowBuffer, o.RetentionSeconds, o.CompletedRetentionSeconds,
+			o.MaxWaitTimeSeconds, o.DedupWindowSeconds} {
+			require.GreaterOrEqual(t, n, 0)
+			require.LessOrEqual(t, n, 1<<31-1)
+		}
+	})
+}
