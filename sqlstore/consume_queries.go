@@ -128,6 +128,8 @@ func (q *queries) consumerQueries() {
 		hashes AS (
 			INSERT INTO queen.log_txns (partition_id, first_offset, hashes) VALUES ($1, $2, $4))
 		UPDATE queen.partitions SET next_offset = $2 + 1 WHERE id = $1`
+	q.liveLeases = `SELECT count(DISTINCT lease_id) FROM queen.consumers
+		 WHERE lease_id = ANY($1::uuid[]) AND lease_expires_at > now()`
 	q.setSubscription = `UPDATE queen.consumer_groups SET subscription_from = $2 WHERE consumer_group = $1`
 
 	// Consumed segments: older than completedRetentionSeconds and below every

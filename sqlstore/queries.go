@@ -20,7 +20,7 @@ type queries struct {
 	windowBufferBusy, readSegments, popAutoAck, popLease string
 	ackPartitionInfo, lockConsumerForAck, resolveOffsets, updateConsumerAfterAck, segmentAt,
 	insertDLQ, extendLease string
-	lockPartition, takeDLQ, replayInsert                                                            string
+	lockPartition, takeDLQ, replayInsert, liveLeases                                                string
 	countDLQ, listDLQ, deleteGroupCursors, deleteGroupMeta, seekTargetsExist, seek, setSubscription string
 }
 
@@ -99,7 +99,7 @@ func newQueries(schema string) queries {
 		&q.ackPartitionInfo, &q.lockConsumerForAck, &q.resolveOffsets, &q.updateConsumerAfterAck, &q.segmentAt,
 		&q.insertDLQ, &q.extendLease,
 		&q.countDLQ, &q.listDLQ, &q.deleteGroupCursors, &q.deleteGroupMeta, &q.seekTargetsExist, &q.seek,
-		&q.setSubscription, &q.lockPartition, &q.takeDLQ, &q.replayInsert} {
+		&q.setSubscription, &q.lockPartition, &q.takeDLQ, &q.replayInsert, &q.liveLeases} {
 		*p = qualify(*p, schema)
 	}
 	return q

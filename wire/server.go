@@ -155,6 +155,8 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 		default:
 			notFound(ctx)
 		}
+	case path == "/api/v1/transaction":
+		s.onlyPost(ctx, method, s.handleTransaction)
 	case path == "/api/v1/ack":
 		s.onlyPost(ctx, method, s.handleAck)
 	case path == "/api/v1/ack/batch":

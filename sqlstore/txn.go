@@ -1,0 +1,293 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/regina-mq/regina/partition"
+)
+
+// TxnPush is one push item of a transaction, validated by the caller.
+type TxnPush struct {
+	Queue, Partition string
+	TransactionID    string
+	TraceID          partition.UUID
+	HasTrace         bool
+	Payload          []byte
+	// Index is the item's position among the transaction's flattened operations.
+	Index int
+}
+
+// TxnAck is one ack of a transaction.
+type TxnAck struct {
+	AckItem
+	Group string
+	Index int
+}
+
+// TxnPushResult is the outcome of one pushed item.
+type TxnPushResult struct {
+	Index       int
+	MessageID   partition.UUID
+	PartitionID partition.UUID
+	Queue       string
+	// Duplicate marks a repeat of an earlier item of the same transaction:
+	// it echoes the leader's message id and wrote nothing.
+	Duplicate bool
+}
+
+// TxnResult is what a committed transaction did.
+type TxnResult struct {
+	Pushes []TxnPushResult
+	Acks   []AckResult // in the order of the request's acks
+	// Written lists, per partition written, its queue, first offset and the
+	// stored hashes in frame order (for the cache's bookkeeping).
+	Written []TxnWrite
+}
+
+// TxnWrite is one segment a transaction wrote.
+type TxnWrite struct {
+	Queue         string
+	PartitionID   partition.UUID
+	WindowSeconds int
+	FirstOffset   int64
+	Hashes        []partition.Hash
+	CreatedAt     pgTime
+}
+
+// DuplicateError aborts a transaction whose push repeats a transaction id
+// already stored in the partition's window.
+type DuplicateError struct {
+	Queue, Partition, TransactionID string
+	// Original is the stored message's id (zero when its segment is gone).
+	Original partition.UUID
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("duplicate transactionId %q in queue %q partition %q (original message_id %s): "+
+		"the transaction was rolled back", e.TransactionID, e.Queue, e.Partition, e.Original)
+}
+
+// TxnAckError aborts a transaction whose ack failed.
+type TxnAckError struct {
+	Index         int
+	TransactionID string
+	Reason        string
+}
+
+func (e *TxnAckError) Error() string {
+	return fmt.Sprintf("ACK operation failed: %s (transactionId %q)", e.Reason, e.TransactionID)
+}
+
+// ErrLeaseNotLive aborts a transaction whose required lease is not live.
+var ErrLeaseNotLive = errors.New("a required lease is not live")
+
+// maxTxnAttempts bounds the retries of a transaction after a deadlock or a
+// serialization failure reported by PostgreSQL.
+const maxTxnAttempts = 4
+
+type txnGroup struct {
+	queue, part string
+	ref         PartitionRef
+	items       []int // indexes into pushes
+}
+
+// Transaction runs pushes and acks in one PostgreSQL transaction: all of it
+// commits or none. Pushes take the same partition row lock and run the same
+// window probe as a plain push (queen.push_segment); a duplicate aborts the
+// whole transaction with a *DuplicateError. Partition rows are locked in
+// partition-id order and cursor rows after them, so two transactions cannot
+// deadlock each other; a deadlock or serialization failure reported anyway is
+// retried here, up to maxTxnAttempts times.
+func (s *Store) Transaction(ctx context.Context, pushes []TxnPush, acks []TxnAck, requiredLeases []partition.UUID) (TxnResult, error) {
+	var res TxnResult
+	var err error
+	for attempt := 1; ; attempt++ {
+		res, err = s.transactionOnce(ctx, pushes, acks, requiredLeases)
+		var pgErr *pgconn.PgError
+		if err != nil && errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001") && attempt < maxTxnAttempts {
+			continue
+		}
+		break
+	}
+	var dup *DuplicateError
+	var ackErr *TxnAckError
+	if err != nil && !errors.As(err, &dup) && !errors.As(err, &ackErr) && !errors.Is(err, ErrLeaseNotLive) {
+		return res, fmt.Errorf("transaction: %w", classify(err))
+	}
+	return res, err
+}
+
+func (s *Store) transactionOnce(ctx context.Context, pushes []TxnPush, acks []TxnAck, leases []partition.UUID) (TxnResult, error) {
+	var res TxnResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res = TxnResult{}
+		// Resolve (and create) the partitions pushed to.
+		byKey := make(map[[2]string]*txnGroup)
+		var groups []*txnGroup
+		for i := range pushes {
+			k := [2]string{pushes[i].Queue, pushes[i].Partition}
+			g := byKey[k]
+			if g == nil {
+				g = &txnGroup{queue: k[0], part: k[1]}
+				ns, task := DeriveNamespaceTask(k[0])
+				if err := tx.QueryRow(ctx, s.sql.ensurePartition, k[0], k[1], ns, task).
+					Scan((*uuidScanner)(&g.ref.ID), (*uuidScanner)(&g.ref.QueueID), &g.ref.WindowSeconds); err != nil {
+					return err
+				}
+				byKey[k] = g
+				groups = append(groups, g)
+			}
+			g.items = append(g.items, i)
+		}
+		sort.Slice(groups, func(a, b int) bool {
+			return string(groups[a].ref.ID[:]) < string(groups[b].ref.ID[:])
+		})
+		if len(leases) > 0 {
+			ids := make([][16]byte, len(leases))
+			for i, l := range leases {
+				ids[i] = l
+			}
+			var live int
+			if err := tx.QueryRow(ctx, s.sql.liveLeases, ids).Scan(&live); err != nil {
+				return err
+			}
+			if live < len(uniqueUUIDs(leases)) {
+				return ErrLeaseNotLive
+			}
+		}
+		for _, g := range groups {
+			if err := s.txnPushGroup(ctx, tx, g, pushes, &res); err != nil {
+				return err
+			}
+		}
+		return s.txnAcks(ctx, tx, acks, &res)
+	})
+	return res, err
+}
+
+func uniqueUUIDs(us []partition.UUID) map[partition.UUID]bool {
+	m := make(map[partition.UUID]bool, len(us))
+	for _, u := range us {
+		m[u] = true
+	}
+	return m
+}
+
+// txnPushGroup writes one partition's items through push_segment (lock,
+// probe, insert) inside the transaction.
+func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes []TxnPush, res *TxnResult) error {
+	for attempt := 0; attempt < 2; attempt++ {
+		ids := make([]string, len(g.items))
+		for k, i := range g.items {
+			ids[k] = pushes[i].TransactionID
+		}
+		var leader, leaders []int
+		if g.ref.WindowSeconds != 0 {
+			leader, leaders = partition.Collapse(ids, nil, nil)
+		} else {
+			for k := range ids {
+				leader = append(leader, k)
+				leaders = append(leaders, k)
+			}
+		}
+		b := &PushBatch{Partition: g.ref.ID, WindowHint: g.ref.WindowSeconds, Watermark: NoWatermark}
+		msgIDs := make([]partition.UUID, len(ids))
+		now := nowMicros()
+		for _, k := range leaders {
+			p := &pushes[g.items[k]]
+			msgIDs[k] = partition.NewV7()
+			b.Add(partition.HashTxID(p.TransactionID), msgIDs[k], &partition.Body{CreatedAt: now,
+				TransactionID: p.TransactionID, TraceID: p.TraceID, HasTrace: p.HasTrace, Payload: p.Payload})
+		}
+		var (
+			status  string
+			win     int
+			first   int64
+			created pgTime
+			dupIdx  []int32
+			dupIDs  [][]byte
+		)
+		err := tx.QueryRow(ctx, s.sql.pushSegment, [16]byte(b.Partition), b.WindowHint, b.Watermark,
+			b.Hashes, b.IDs, b.Bodies, b.Ends).Scan(&status, &win, &first, &created, &dupIdx, &dupIDs)
+		if err != nil {
+			return err
+		}
+		switch status {
+		case "ok":
+		case "window_changed":
+			g.ref.WindowSeconds = win
+			continue
+		case "missing":
+			return fmt.Errorf("partition %s/%s vanished during the transaction", g.queue, g.part)
+		default:
+			return fmt.Errorf("push_segment: unexpected status %q", status)
+		}
+		if len(dupIdx) > 0 {
+			k := leaders[dupIdx[0]-1]
+			var orig partition.UUID
+			copy(orig[:], dupIDs[0])
+			return &DuplicateError{Queue: g.queue, Partition: g.part, TransactionID: ids[k], Original: orig}
+		}
+		w := TxnWrite{Queue: g.queue, PartitionID: g.ref.ID, WindowSeconds: win, FirstOffset: first, CreatedAt: created}
+		for _, k := range leaders {
+			w.Hashes = append(w.Hashes, partition.HashTxID(ids[k]))
+		}
+		res.Written = append(res.Written, w)
+		for k, i := range g.items {
+			l := leader[k]
+			res.Pushes = append(res.Pushes, TxnPushResult{Index: pushes[i].Index, MessageID: msgIDs[l],
+				PartitionID: g.ref.ID, Queue: g.queue, Duplicate: l != k})
+		}
+		return nil
+	}
+	return fmt.Errorf("push %s/%s: deduplication switched on or off twice during the transaction", g.queue, g.part)
+}
+
+// txnAcks applies the acks, one partition and group at a time in a fixed
+// order, with the plain ack's logic. Any failed ack aborts the transaction.
+func (s *Store) txnAcks(ctx context.Context, tx pgx.Tx, acks []TxnAck, res *TxnResult) error {
+	type key struct {
+		p     partition.UUID
+		group string
+	}
+	by := make(map[key][]int)
+	var keys []key
+	for i := range acks {
+		k := key{acks[i].PartitionID, acks[i].Group}
+		if k.group == "" {
+			k.group = QueueModeGroup
+		}
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], i)
+	}
+	sort.Slice(keys, func(a, b int) bool {
+		if c := string(keys[a].p[:]); c != string(keys[b].p[:]) {
+			return c < string(keys[b].p[:])
+		}
+		return keys[a].group < keys[b].group
+	})
+	items := make([]AckItem, len(acks))
+	for i := range acks {
+		items[i] = acks[i].AckItem
+	}
+	res.Acks = make([]AckResult, len(acks))
+	for _, k := range keys {
+		if err := s.ackPartition(ctx, tx, k.group, k.p, items, by[k], res.Acks); err != nil {
+			return err
+		}
+	}
+	for i := range acks {
+		if !res.Acks[i].Success {
+			return &TxnAckError{Index: acks[i].Index, TransactionID: acks[i].TransactionID, Reason: res.Acks[i].Error}
+		}
+	}
+	return nil
+}
