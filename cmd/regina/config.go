@@ -35,6 +35,8 @@ type Config struct {
 	ActorIdle       time.Duration
 
 	MaxBodyBytes    int
+	ReadTimeout     time.Duration
+	IdleTimeout     time.Duration
 	ShutdownTimeout time.Duration
 
 	LogLevel  string
@@ -144,6 +146,8 @@ var settings = []setting{
 	{"BATCH_MAX_BYTES", "batch-max-bytes", "8388608", "payload bytes per push transaction", intSetting(1, func(c *Config) *int { return &c.BatchMaxBytes })},
 	{"ACTOR_IDLE_TIMEOUT", "actor-idle-timeout", "30000", "ms before an idle partition actor retires", msSetting(1, func(c *Config) *time.Duration { return &c.ActorIdle })},
 	{"MAX_BODY_BYTES", "max-body-bytes", "67108864", "largest request body; larger gets 413", intSetting(1024, func(c *Config) *int { return &c.MaxBodyBytes })},
+	{"HTTP_READ_TIMEOUT", "http-read-timeout", "60000", "ms to read one request (headers and body); slow clients are cut off", msSetting(1, func(c *Config) *time.Duration { return &c.ReadTimeout })},
+	{"HTTP_IDLE_TIMEOUT", "http-idle-timeout", "120000", "ms before an idle keep-alive connection is closed", msSetting(1, func(c *Config) *time.Duration { return &c.IdleTimeout })},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "30000", "ms to drain on SIGTERM", msSetting(0, func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error", stringSetting([]string{"debug", "info", "warn", "error"}, func(c *Config) *string { return &c.LogLevel })},
 	{"LOG_FORMAT", "log-format", "auto", "json, console or auto (console on a terminal)", stringSetting([]string{"auto", "json", "console"}, func(c *Config) *string { return &c.LogFormat })},

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestGracefulShutdownAnswersEveryWaitingPush holds an actor with pushes
+// waiting in its mailbox, stops the broker, and checks every one of them is
+// answered and stored before it exits.
+func TestGracefulShutdownAnswersEveryWaitingPush(t *testing.T) {
+	t.Parallel()
+	hook, release, first := holdActors()
+	defer release()
+	b := startBroker(t, "", func(c *Config) { c.beforeBatch = hook })
+	d := newDB(t, b.Schema)
+	const n = 5
+	var wg sync.WaitGroup
+	results := make([]int, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status, _ := b.pushRaw(t, map[string]any{"items": []item{{"queue": "held", "transactionId": fmt.Sprintf("s%d", i)}}})
+			results[i] = status
+		}()
+	}
+	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		if m, held := metrics(t, b), first.Load(); held == 0 || int64(m.Mailbox)+held != n {
+			return errNotYet
+		}
+		return nil
+	})
+	stopped := make(chan struct{})
+	go func() { b.Stop(t); close(stopped) }()
+	// New requests are refused while it drains (503 or connection refused).
+	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		req, _ := http.NewRequest("POST", b.URL+"/api/v1/push", strings.NewReader(`{"items":[{"queue":"late"}]}`))
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			return nil
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			return nil
+		}
+		return fmt.Errorf("late push answered %d", resp.StatusCode)
+	})
+	release()
+	wg.Wait()
+	<-stopped
+	for i, s := range results {
+		require.Equal(t, http.StatusCreated, s, "push %d was answered", i)
+	}
+	_, frames, _, _, _ := d.partitionStats(t, "held", "Default")
+	require.Equal(t, int64(n), frames, "everything acknowledged is stored")
+	_, lateFrames, _, _, _ := d.partitionStats(t, "late", "Default")
+	require.Equal(t, int64(0), lateFrames)
+}
+
+// TestSlowClientsAreCutOff opens a connection that sends half a request and
+// stalls: the broker closes it after HTTP_READ_TIMEOUT and keeps serving.
+func TestSlowClientsAreCutOff(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", func(c *Config) { c.ReadTimeout = 300 * time.Millisecond })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Write([]byte("POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"items\":"))
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err == nil {
+		// fasthttp may answer before closing; it must not be a success.
+		require.GreaterOrEqual(t, resp.StatusCode, 400)
+		resp.Body.Close()
+	}
+	// Either way the connection is closed now.
+	_, err = conn.Read(make([]byte, 1))
+	require.Error(t, err)
+	require.Equal(t, "queued", b.push(t, item{"queue": "q"})[0].Status)
+}
+
+func TestHugePushesAndBodies(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", func(c *Config) { c.MaxBodyBytes = 8 << 20 })
+	// 20,000 items in one push to one partition: one transaction, all queued.
+	items := make([]item, 20000)
+	for i := range items {
+		items[i] = item{"queue": "big", "transactionId": fmt.Sprintf("t%d", i), "payload": i}
+	}
+	res := b.push(t, items...)
+	require.Equal(t, "queued", res[19999].Status)
+	// A body over the limit is refused with 413 and a JSON error, even when
+	// it claims a small Content-Length but streams more (chunked).
+	big := `{"items":[{"queue":"big","payload":"` + strings.Repeat("x", 9<<20) + `"}]}`
+	req, _ := http.NewRequestWithContext(context.Background(), "POST", b.URL+"/api/v1/push", strings.NewReader(big))
+	req.ContentLength = -1 // chunked
+	resp, err := httpClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	var e map[string]string
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	require.Contains(t, e["error"], "exceeds")
+}
