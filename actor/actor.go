@@ -38,8 +38,11 @@ type actor struct {
 	// owned by the actor goroutine
 	ref      sqlstore.PartitionRef
 	resolved bool
-	batch    sqlstore.PushBatch
-	scratch  scratch
+	// lastEnd is the offset after the last segment this actor wrote (0 when
+	// unknown); it bounds the span of a watermark probe.
+	lastEnd int64
+	batch   sqlstore.PushBatch
+	scratch scratch
 }
 
 type scratch struct {
@@ -224,7 +227,7 @@ func (a *actor) push(ctx context.Context, groups []*Group) error {
 		// The same window goes to the cache and, as WindowHint, to SQL,
 		// which ignores the watermark if the queue's window has grown.
 		a.batch.Watermark = a.watermark()
-		res, err := a.reg.store.Push(ctx, &a.batch)
+		res, err := a.storePush(ctx)
 		switch {
 		case err == nil:
 			a.learn(&res)
@@ -236,6 +239,7 @@ func (a *actor) push(ctx context.Context, groups []*Group) error {
 			// partition id is never used again.
 			a.reg.cache.Forget(a.ref.ID)
 			a.resolved = false
+			a.lastEnd = 0
 		case errors.Is(err, sqlstore.ErrWindowChanged):
 			a.ref.WindowSeconds = res.WindowSeconds
 		default:
@@ -308,6 +312,7 @@ func (a *actor) answer(groups []*Group, res *sqlstore.PushResult) {
 	a.reg.batches.Add(1)
 	a.reg.queued.Add(queued)
 	a.reg.duplicates.Add(dups)
+	a.observeAnswer(groups, res)
 	if queued > 0 {
 		a.reg.signals.notify(a.queue)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/regina-mq/regina/cache"
+	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/sqlstore"
 )
@@ -49,6 +50,10 @@ type Config struct {
 	// transaction, with the queue and partition names and the number of items
 	// in the batch. Tests use it to hold an actor while its mailbox fills.
 	BeforeBatch func(queue, partition string, items int)
+
+	// Metrics receives the push path's metrics; the registry also installs
+	// itself as its scrape-time source. nil: a private one (Registry.Metrics).
+	Metrics *metrics.Metrics
 }
 
 // WithDefaults returns c with every zero bound set to its default.
@@ -68,6 +73,9 @@ func (c Config) WithDefaults() Config {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 30 * time.Second
 	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.New(metrics.Config{})
+	}
 	return c
 }
 
@@ -85,6 +93,9 @@ type Stats struct {
 	// every watermark as a "disabled" sentinel), Hydrations its loads.
 	DedupCache cache.Stats
 	Hydrations HydrationStats
+	// WatermarkSpanCapped counts watermarks replaced by the full-window probe
+	// because they would have covered more than maxWatermarkSpan offsets.
+	WatermarkSpanCapped uint64
 }
 
 // Registry owns the live partition actors and is the broker's entry point
@@ -104,6 +115,8 @@ type Registry struct {
 	signals pushSignals
 
 	batches, queued, duplicates, mailboxFull, pushFailures atomic.Uint64
+	// spanCapped counts watermarks dropped for covering too many offsets.
+	spanCapped atomic.Uint64
 }
 
 // NewRegistry returns a registry pushing through store.
@@ -113,7 +126,7 @@ func NewRegistry(store *sqlstore.Store, cfg Config) *Registry {
 	if c == nil {
 		c = cache.New(cache.Config{Enabled: false})
 	}
-	return &Registry{
+	r := &Registry{
 		store:  store,
 		cfg:    cfg,
 		log:    cfg.Logger.With().Str("component", "actor").Logger(),
@@ -122,6 +135,8 @@ func NewRegistry(store *sqlstore.Store, cfg Config) *Registry {
 		actors: make(map[string]*actor),
 		stop:   make(chan struct{}),
 	}
+	cfg.Metrics.SetSource(r.metricsSnapshot)
+	return r
 }
 
 // Item is one push item, validated by the caller. Payload must not alias a
@@ -244,7 +259,7 @@ func (r *Registry) Stats() Stats {
 	return Stats{
 		Actors: n, MailboxDepth: depth, Batches: r.batches.Load(), Queued: r.queued.Load(), Duplicates: r.duplicates.Load(),
 		MailboxFull: r.mailboxFull.Load(), PushFailures: r.pushFailures.Load(),
-		DedupCache: r.cache.Stats(), Hydrations: r.hyd.stats(),
+		DedupCache: r.cache.Stats(), Hydrations: r.hyd.stats(), WatermarkSpanCapped: r.spanCapped.Load(),
 	}
 }
 

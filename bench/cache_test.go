@@ -55,7 +55,9 @@ func preloadWindow(b *testing.B, st *sqlstore.Store, ref sqlstore.PartitionRef, 
 	b.Helper()
 	ctx := context.Background()
 	pool := sqlstoretest.Pool(b)
-	q := func(s string) string { return strings.ReplaceAll(s, "queen.", pgx.Identifier{st.Schema()}.Sanitize()+".") }
+	q := func(s string) string {
+		return strings.ReplaceAll(s, "queen.", pgx.Identifier{st.Schema()}.Sanitize()+".")
+	}
 	exec := func(s string, args ...any) {
 		if _, err := pool.Exec(ctx, q(s), args...); err != nil {
 			b.Fatalf("%s: %v", s, err)

@@ -91,8 +91,8 @@
 //     verdict cannot be explained.
 //
 // The loader query is one statement (one snapshot in READ COMMITTED; a
-// REPEATABLE READ transaction works too), without FOR UPDATE; the
-// (partition_id, created_at) index serves it:
+// REPEATABLE READ transaction works too), without FOR UPDATE; the primary
+// key (partition_id, first_offset) serves it, in offset order:
 //
 //	SELECT p.next_offset, q.dedup_window_seconds, now(),
 //	       l.first_offset, l.created_at, l.hashes

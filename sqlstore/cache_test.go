@@ -193,9 +193,10 @@ func sharedBuffers(t *testing.T, plan string) int {
 
 // probeBuffers preloads a partition with rows log_txns rows (one hash each,
 // all inside the window) and returns the shared buffers of the watermark
-// probe (W a little below the last pushed row, so it reads a few rows) and of the full-window probe, one value
-// per push_segment call (8 each, custom and generic plans included), each
-// push a batch of probeBatch new hashes.
+// probe (W a little below the last pushed row, so that it reads a few rows)
+// and of the full-window probe, one value per push_segment call (8 each,
+// custom and generic plans included), each push a batch of probeBatch new
+// hashes.
 func probeBuffers(t *testing.T, rows int) (watermark, full []int) {
 	t.Helper()
 	ctx := context.Background()

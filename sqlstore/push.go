@@ -61,8 +61,10 @@ func DeriveNamespaceTask(queue string) (namespace, task string) {
 // ids are distinct.
 type PushBatch struct {
 	Partition partition.UUID
-	// WindowHint is the caller's belief about the queue's window; only whether
-	// it is zero matters. See ErrWindowChanged.
+	// WindowHint is the caller's belief about the queue's window, the window
+	// the cache computed Watermark for. Whether it is zero decides the
+	// dedup-off path (see ErrWindowChanged); when the stored window is larger,
+	// the watermark is ignored and the whole window is probed.
 	WindowHint int
 	// Watermark promises that no hash of the batch occurs at or below this
 	// offset; NoWatermark probes the whole window.
@@ -103,9 +105,12 @@ type PushResult struct {
 	CreatedAt time.Time
 	// DupIndex lists the (0-based) batch indexes found in the window, in
 	// increasing order; DupOriginal[k] is the original message id of item
-	// DupIndex[k], partition.ZeroUUID when its segment is gone.
+	// DupIndex[k], partition.ZeroUUID when its segment is gone, and
+	// DupCreated[k] the original's stored time (its log_txns created_at,
+	// known even when the segment is gone).
 	DupIndex    []int
 	DupOriginal []partition.UUID
+	DupCreated  []time.Time
 }
 
 // Push runs the push transaction for one batch: lock the partition row, probe
@@ -122,11 +127,12 @@ func (s *Store) Push(ctx context.Context, b *PushBatch) (PushResult, error) {
 		status  string
 		dupIdx  []int32
 		dupIDs  [][]byte
+		dupAt   []time.Time
 		created time.Time
 	)
 	err := s.pool.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, b.Watermark,
 		b.Hashes, b.IDs, b.Bodies, b.Ends).
-		Scan(&status, &res.WindowSeconds, &res.FirstOffset, &created, &dupIdx, &dupIDs)
+		Scan(&status, &res.WindowSeconds, &res.FirstOffset, &created, &dupIdx, &dupIDs, &dupAt)
 	if err != nil {
 		return res, classify(err)
 	}
@@ -140,12 +146,13 @@ func (s *Store) Push(ctx context.Context, b *PushBatch) (PushResult, error) {
 	default:
 		return res, fmt.Errorf("push_segment: unexpected status %q", status)
 	}
-	if len(dupIdx) != len(dupIDs) {
-		return res, errors.New("push_segment: dup_idx and dup_ids differ in length")
+	if len(dupIdx) != len(dupIDs) || len(dupIdx) != len(dupAt) {
+		return res, errors.New("push_segment: dup_idx, dup_ids and dup_created differ in length")
 	}
 	if len(dupIdx) > 0 {
 		res.DupIndex = make([]int, len(dupIdx))
 		res.DupOriginal = make([]partition.UUID, len(dupIdx))
+		res.DupCreated = dupAt
 		for k, i := range dupIdx {
 			res.DupIndex[k] = int(i) - 1
 			copy(res.DupOriginal[k][:], dupIDs[k])

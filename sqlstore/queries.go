@@ -22,6 +22,7 @@ type queries struct {
 	insertDLQ, extendLease string
 	lockPartition, takeDLQ, replayInsert, liveLeases                                                string
 	countDLQ, listDLQ, deleteGroupCursors, deleteGroupMeta, seekTargetsExist, seek, setSubscription string
+	admin                                                                                           adminQueries
 }
 
 const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl, priority,
@@ -32,7 +33,7 @@ const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl,
 func newQueries(schema string) queries {
 	q := queries{
 		ensurePartition: `SELECT partition_id, queue_id, window_seconds FROM queen.ensure_partition($1, $2, $3, $4)`,
-		pushSegment: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids
+		pushSegment: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created
 			FROM queen.push_segment($1, $2, $3, $4, $5, $6, $7)`,
 		configure: `INSERT INTO queen.queues (name, namespace, task, ` + queueOptionColumns + `)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
@@ -90,6 +91,7 @@ func newQueries(schema string) queries {
 			WHERE s.partition_id = $1 AND s.first_offset = d.first_offset`,
 	}
 	q.consumerQueries()
+	q.admin = newAdminQueries(schema)
 	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,

@@ -29,8 +29,10 @@ type retentionTarget struct {
 // enabled, segments older than retentionSeconds, and segments older than
 // completedRetentionSeconds that every consumer group has consumed. Each DELETE removes at most
 // batchSize rows and commits on its own, so no lock is held for long.
-func (s *Store) RetainOnce(ctx context.Context, batchSize int) (RetentionStats, error) {
-	var st RetentionStats
+func (s *Store) RetainOnce(ctx context.Context, batchSize int) (st RetentionStats, err error) {
+	if s.onRet != nil {
+		defer func() { s.onRet(st, err) }()
+	}
 	if batchSize <= 0 {
 		batchSize = 1000
 	}

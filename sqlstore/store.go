@@ -47,6 +47,9 @@ type Config struct {
 	StatementTimeout time.Duration
 	// Logger receives the store's logs.
 	Logger zerolog.Logger
+	// OnRetention, when set, is called after every retention pass
+	// (RetainOnce) with what it deleted, also when it failed part way.
+	OnRetention func(RetentionStats, error)
 }
 
 // Store is Regina's PostgreSQL state. It is safe for concurrent use.
@@ -55,6 +58,7 @@ type Store struct {
 	schema string
 	log    zerolog.Logger
 	sql    queries
+	onRet  func(RetentionStats, error)
 }
 
 // Open connects, applies migrations and returns a ready Store.
@@ -86,7 +90,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{pool: pool, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema)}, nil
+	return &Store{pool: pool, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema), onRet: cfg.OnRetention}, nil
 }
 
 // Close waits for in-use connections to be returned and closes the pool.
@@ -105,15 +109,15 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // PoolStats describes the connection pool.
 type PoolStats struct {
-	Total, Idle, Acquired int32
-	EmptyAcquireCount     int64
+	Total, Idle, Acquired, Max int32
+	EmptyAcquireCount          int64
 }
 
 // PoolStats returns the pool's current figures.
 func (s *Store) PoolStats() PoolStats {
 	st := s.pool.Stat()
 	return PoolStats{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(),
-		EmptyAcquireCount: st.EmptyAcquireCount()}
+		Max: st.MaxConns(), EmptyAcquireCount: st.EmptyAcquireCount()}
 }
 
 // classify maps a pgx error to the store's sentinels, wrapping the original.

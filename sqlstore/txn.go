@@ -212,9 +212,10 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 			created pgTime
 			dupIdx  []int32
 			dupIDs  [][]byte
+			dupAt   []pgTime
 		)
 		err := tx.QueryRow(ctx, s.sql.pushSegment, [16]byte(b.Partition), b.WindowHint, b.Watermark,
-			b.Hashes, b.IDs, b.Bodies, b.Ends).Scan(&status, &win, &first, &created, &dupIdx, &dupIDs)
+			b.Hashes, b.IDs, b.Bodies, b.Ends).Scan(&status, &win, &first, &created, &dupIdx, &dupIDs, &dupAt)
 		if err != nil {
 			return err
 		}

@@ -94,22 +94,11 @@ func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"queues": out})
 }
 
-// handleGetQueue serves GET /api/v1/resources/queues/:queue.
+// handleGetQueue serves GET /api/v1/resources/queues/:queue in the section-9
+// shape (partitions with offsets, stats and per-group lag; see
+// handleQueueDetail).
 func (s *Server) handleGetQueue(ctx *fasthttp.RequestCtx, name string) {
-	qs, err := s.reg.ListQueues(ctx)
-	if err != nil {
-		s.writeCoreError(ctx, err)
-		return
-	}
-	for _, q := range qs {
-		if q.Name == name {
-			writeJSON(ctx, fasthttp.StatusOK, queueView{ID: q.ID.String(), Name: q.Name, Namespace: q.Namespace,
-				Task: q.Task, CreatedAt: timeMillis(q.CreatedAt), Partitions: q.Partitions,
-				Messages: messageCounts{Total: q.Messages, Pending: q.Messages}, Options: q.Options})
-			return
-		}
-	}
-	writeError(ctx, fasthttp.StatusNotFound, "Queue not found")
+	s.handleQueueDetail(ctx, name)
 }
 
 // handleDeleteQueue serves DELETE /api/v1/resources/queues/:queue.

@@ -310,6 +310,7 @@ func (s *Server) ack(ctx *fasthttp.RequestCtx, group string, items []actor.AckIt
 		s.writeCoreError(ctx, err)
 		return
 	}
+	s.countUnresolvable(res)
 	out := make([]ackResultView, len(items))
 	for i, r := range res {
 		v := ackResultView{Index: i, TransactionID: items[i].TransactionID, Success: r.Success,

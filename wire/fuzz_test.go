@@ -105,3 +105,43 @@ func FuzzDecodeConfigure(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeTransaction feeds arbitrary bodies to DecodeTransaction (which
+// also decodes push items and acks). It must never panic, and what it accepts
+// must be usable: indexes cover the flattened operations exactly once, push
+// items have a queue and partition, acks have a transaction id and status.
+func FuzzDecodeTransaction(f *testing.F) {
+	for _, seed := range []string{
+		`{"operations":[{"type":"ack","transactionId":"t1","partitionId":"0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"completed"},{"type":"push","items":[{"queue":"out","payload":{"ok":true}}]}],"requiredLeases":["0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"]}`,
+		`{"operations":[]}`,
+		`{"operations":[{"type":"x"}]}`,
+		`{"operations":[{"type":"push","items":[{"queue":"q"},{"queue":"q","transactionId":"a"}]}]}`,
+		`{"operations":[{"type":"ack","transactionId":"t","partitionId":"bad"}]}`,
+		`{"operations":[{"type":"ack","transactionId":"t","partitionId":"0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"failed"}],"requiredLeases":null}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := DecodeTransaction(body)
+		if err != nil {
+			return
+		}
+		require.Equal(t, req.Ops, len(req.Pushes)+len(req.Acks))
+		seen := make([]bool, req.Ops)
+		for _, p := range req.Pushes {
+			require.False(t, seen[p.Index])
+			seen[p.Index] = true
+			require.NotEmpty(t, p.Queue)
+			require.NotEmpty(t, p.Partition)
+			require.LessOrEqual(t, len(p.TransactionID), partition.MaxTxIDLen)
+			require.True(t, json.Valid(p.Payload))
+		}
+		for _, a := range req.Acks {
+			require.False(t, seen[a.Index])
+			seen[a.Index] = true
+			require.NotEmpty(t, a.TransactionID)
+			require.Contains(t, []string{"completed", "dlq"}, a.Status)
+			require.True(t, utf8.ValidString(a.TransactionID))
+		}
+	})
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/regina-mq/regina/actor"
+	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/sqlstore"
 )
 
@@ -31,6 +32,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Logger receives the server's logs.
 	Logger zerolog.Logger
+	// Metrics receives the HTTP metrics and is served at /metrics/prometheus;
+	// nil uses the registry's (actor.Registry.Metrics).
+	Metrics *metrics.Metrics
 }
 
 // Server serves the Queen HTTP API.
@@ -40,6 +44,7 @@ type Server struct {
 	log     zerolog.Logger
 	srv     *fasthttp.Server
 	started time.Time
+	metrics *metrics.Metrics
 }
 
 // New returns a server for the registry.
@@ -53,9 +58,13 @@ func New(reg *actor.Registry, cfg Config) *Server {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 120 * time.Second
 	}
-	s := &Server{reg: reg, cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now()}
+	if cfg.Metrics == nil {
+		cfg.Metrics = reg.Metrics()
+	}
+	s := &Server{reg: reg, cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now(),
+		metrics: cfg.Metrics}
 	s.srv = &fasthttp.Server{
-		Handler:                       s.Handle,
+		Handler:                       s.instrumented,
 		Name:                          "regina",
 		MaxRequestBodySize:            cfg.MaxBodyBytes,
 		ReadTimeout:                   cfg.ReadTimeout,
@@ -176,6 +185,8 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	case strings.HasPrefix(path, "/api/v1/messages/"):
 		segs, ok := pathSegments(path, "/api/v1/messages/")
 		switch {
+		case ok && len(segs) == 2:
+			s.onlyGet(ctx, method, func(c *fasthttp.RequestCtx) { s.handleGetMessage(c, segs[0], segs[1]) })
 		case !ok || len(segs) != 3 || segs[2] != "retry":
 			notFound(ctx)
 		case method != "POST":
@@ -190,6 +201,31 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		s.handleConsumerGroups(ctx, method, segs)
+	case path == "/metrics/prometheus":
+		s.onlyGet(ctx, method, s.handlePrometheus)
+	case path == "/api/v1/dedup/explain":
+		s.onlyGet(ctx, method, s.handleDedupExplain)
+	case path == "/api/v1/dedup/lookup":
+		s.onlyPost(ctx, method, s.handleDedupLookup)
+	case path == "/api/v1/resources/overview":
+		s.onlyGet(ctx, method, s.handleOverview)
+	case path == "/api/v1/resources/namespaces":
+		s.onlyGet(ctx, method, s.handleNamespaces)
+	case path == "/api/v1/resources/tasks":
+		s.onlyGet(ctx, method, s.handleTasks)
+	case path == "/api/v1/messages":
+		s.onlyGet(ctx, method, s.handleListMessages)
+	case path == "/api/v1/status":
+		s.onlyGet(ctx, method, s.handleStatus)
+	case path == "/api/v1/status/queues":
+		s.onlyGet(ctx, method, s.handleStatusQueues)
+	case strings.HasPrefix(path, "/api/v1/status/queues/"):
+		name, ok := pathParam(path, "/api/v1/status/queues/")
+		if !ok {
+			notFound(ctx)
+			return
+		}
+		s.onlyGet(ctx, method, func(c *fasthttp.RequestCtx) { s.handleStatusQueue(c, name) })
 	default:
 		notFound(ctx)
 	}

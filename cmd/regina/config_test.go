@@ -44,6 +44,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 		BatchMaxBytes:      8 << 20,
 		ActorIdle:          30 * time.Second,
 		MaxBodyBytes:       64 << 20,
+		ReadTimeout:        60 * time.Second,
+		IdleTimeout:        120 * time.Second,
 		ShutdownTimeout:    30 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "auto",

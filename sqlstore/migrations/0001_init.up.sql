@@ -104,10 +104,13 @@ END $$;
 -- round trip. The caller runs it outside an explicit transaction, so the
 -- statement is the transaction.
 --
---   p_window_hint  the caller's belief about the queue's window, 0 or not. The
---                  batch was collapsed in-broker (distinct transaction ids)
---                  exactly when it is non-zero. If the stored window disagrees
---                  the function writes nothing and answers 'window_changed'.
+--   p_window_hint  the caller's belief about the queue's window (the window
+--                  the cache computed the watermark for). The batch was
+--                  collapsed in-broker (distinct transaction ids) exactly when
+--                  it is non-zero; if the stored window disagrees on zero or
+--                  not, the function writes nothing and answers
+--                  'window_changed'. If the stored window is larger, the
+--                  watermark is ignored and the whole window is probed.
 --   p_watermark    the cache's promise that no hash of the batch occurs at or
 --                  below this offset; -1 (the sentinel) probes the whole window.
 --   p_hashes       one hash per item, in item order.
@@ -118,7 +121,7 @@ END $$;
 -- the first offset written (-1 when nothing was), the segment's created_at, and
 -- for the items found in the window their 1-based indexes (dup_idx) with the
 -- original message id (dup_ids; 16 zero bytes when the original segment is
--- gone).
+-- gone) and the original's stored time (dup_created, its log_txns created_at).
 --
 -- Invariants: a duplicate allocates no offset and writes no row; the probe runs
 -- under the partition row lock, after it, so no concurrent writer can commit a
@@ -127,7 +130,7 @@ END $$;
 CREATE FUNCTION queen.push_segment(p_partition uuid, p_window_hint integer, p_watermark bigint,
     p_hashes bytea[], p_ids bytea, p_bodies bytea, p_ends integer[],
     OUT status text, OUT window_seconds integer, OUT first_offset bigint,
-    OUT created_at timestamptz, OUT dup_idx integer[], OUT dup_ids bytea[])
+    OUT created_at timestamptz, OUT dup_idx integer[], OUT dup_ids bytea[], OUT dup_created timestamptz[])
 LANGUAGE plpgsql AS $$
 DECLARE
     n        integer := cardinality(p_hashes);
@@ -137,11 +140,13 @@ DECLARE
     v_bodies bytea;
     v_start  integer;
     j        integer;
+    v_seqscan text;
 BEGIN
     created_at := now();
     first_offset := -1;
     dup_idx := '{}';
     dup_ids := '{}';
+    dup_created := '{}';
 
     IF p_window_hint = 0 THEN
         -- Deduplication off: one UPDATE ... RETURNING allocates, no probe.
@@ -182,17 +187,25 @@ BEGIN
         -- the caller has not seen yet), the cache may have trimmed or never
         -- loaded hashes that are inside the larger window: probe it whole.
         IF p_watermark < 0 OR window_seconds > p_window_hint THEN
+            -- The planner misjudges this probe when a partition's hash arrays
+            -- are stored out of line (the table looks small) and picks a
+            -- sequential scan for its first custom plans: hundreds of ms per
+            -- push. The GIN index is always right here.
+            v_seqscan := current_setting('enable_seqscan');
+            PERFORM set_config('enable_seqscan', 'off', true);
             -- Full-window probe, driven by the GIN index on hashes. The
             -- partition filter is written so that it cannot be an index
             -- condition: with a generic plan the planner would otherwise pick
             -- the primary key for it and scan the partition's whole window.
-            SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}')
-              INTO dup_idx, dup_ids
+            SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}'),
+                   coalesce(array_agg(d.created ORDER BY d.i), '{}')
+              INTO dup_idx, dup_ids, dup_created
               FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
                            coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
                                        FROM queen.segments s
                                       WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
-                                    '\x00000000000000000000000000000000'::bytea) AS mid
+                                    '\x00000000000000000000000000000000'::bytea) AS mid,
+                           l.created_at AS created
                       FROM queen.log_txns l
                      CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
                       JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
@@ -200,17 +213,20 @@ BEGIN
                        AND (l.partition_id = p_partition) IS TRUE
                        AND l.created_at > now() - make_interval(secs => window_seconds)
                      ORDER BY h.i, l.first_offset) d;
+            PERFORM set_config('enable_seqscan', v_seqscan, true);
         ELSE
             -- Watermark probe: only segments above the offset the cache vouches
             -- for, through the primary key. No && here, so the GIN index is not
             -- a candidate.
-            SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}')
-              INTO dup_idx, dup_ids
+            SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}'),
+                   coalesce(array_agg(d.created ORDER BY d.i), '{}')
+              INTO dup_idx, dup_ids, dup_created
               FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
                            coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
                                        FROM queen.segments s
                                       WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
-                                    '\x00000000000000000000000000000000'::bytea) AS mid
+                                    '\x00000000000000000000000000000000'::bytea) AS mid,
+                           l.created_at AS created
                       FROM queen.log_txns l
                      CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
                       JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h

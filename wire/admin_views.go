@@ -1,0 +1,450 @@
+package wire
+
+import (
+	"sort"
+	"time"
+
+	"github.com/segmentio/encoding/json"
+	"github.com/valyala/fasthttp"
+
+	"github.com/regina-mq/regina/actor"
+	"github.com/regina-mq/regina/partition"
+)
+
+// The section-9 admin and status views. Every count is read in one snapshot
+// (a read-only transaction). Message counts are per consumer group; the
+// partition and queue "stats" are those of queue mode (Queen's default
+// group), see actor.MessageStats for what each field means.
+
+type consumerView struct {
+	ConsumerGroup string `json:"consumerGroup"`
+	CursorOffset  int64  `json:"cursorOffset"`
+	// Pending is next_offset - cursor_offset (leased messages included);
+	// Processing the leased part of it.
+	Pending    int64 `json:"pending"`
+	Processing int64 `json:"processing"`
+	// LagSeconds is the age of the oldest message the group has not
+	// consumed (0 when it is caught up); OldestPendingAt its stored time.
+	LagSeconds      float64 `json:"lagSeconds"`
+	OldestPendingAt *string `json:"oldestPendingAt"`
+	LeaseID         *string `json:"leaseId"`
+	LeaseExpiresAt  *string `json:"leaseExpiresAt"`
+	LeaseFrom       *int64  `json:"leaseFrom"`
+	LeaseTo         *int64  `json:"leaseTo"`
+	RetryCount      int     `json:"retryCount"`
+	UpdatedAt       string  `json:"updatedAt"`
+}
+
+type partitionView struct {
+	ID            string             `json:"id"`
+	Name          string             `json:"name"`
+	CreatedAt     string             `json:"createdAt"`
+	NextOffset    int64              `json:"nextOffset"`
+	OldestOffset  int64              `json:"oldestOffset"`
+	Stats         actor.MessageStats `json:"stats"`
+	OldestMessage *string            `json:"oldestMessage"`
+	NewestMessage *string            `json:"newestMessage"`
+	Consumers     []consumerView     `json:"consumers"`
+}
+
+// groupView sums one consumer group over a queue's partitions (those it has
+// a cursor on).
+type groupView struct {
+	ConsumerGroup string  `json:"consumerGroup"`
+	Partitions    int     `json:"partitions"`
+	Pending       int64   `json:"pending"`
+	Processing    int64   `json:"processing"`
+	LagSeconds    float64 `json:"lagSeconds"`
+}
+
+type queueDetailView struct {
+	ID                 string                 `json:"id"`
+	Name               string                 `json:"name"`
+	Namespace          string                 `json:"namespace"`
+	Task               string                 `json:"task"`
+	CreatedAt          string                 `json:"createdAt"`
+	DedupWindowSeconds int                    `json:"dedupWindowSeconds"`
+	Options            partition.QueueOptions `json:"options"`
+	PartitionCount     int                    `json:"partitionCount"`
+	Partitions         []partitionView        `json:"partitions"`
+	Totals             actor.MessageStats     `json:"totals"`
+	Messages           messageCounts          `json:"messages"`
+	ConsumerGroups     []groupView            `json:"consumerGroups"`
+	OldestMessage      *string                `json:"oldestMessage"`
+	NewestMessage      *string                `json:"newestMessage"`
+}
+
+func timePtr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	return strPtr(timeMillis(*t))
+}
+
+func lagSeconds(c *actor.ConsumerState, now time.Time) float64 {
+	if c.OldestPendingAt == nil {
+		return 0
+	}
+	return max(now.Sub(*c.OldestPendingAt).Seconds(), 0)
+}
+
+func newConsumerView(p *actor.PartitionDetail, c *actor.ConsumerState, now time.Time) consumerView {
+	st := p.GroupStats(c)
+	v := consumerView{ConsumerGroup: c.Group, CursorOffset: c.Cursor, Pending: st.Pending, Processing: st.Processing,
+		LagSeconds: lagSeconds(c, now), OldestPendingAt: timePtr(c.OldestPendingAt), LeaseFrom: c.LeaseFrom,
+		LeaseTo: c.LeaseTo, RetryCount: c.RetryCount, UpdatedAt: timeMillis(c.UpdatedAt)}
+	if c.LeaseID != nil && c.LeaseLive {
+		v.LeaseID = strPtr(c.LeaseID.String())
+		v.LeaseExpiresAt = timePtr(c.LeaseExpiresAt)
+	}
+	return v
+}
+
+func newPartitionView(p *actor.PartitionDetail, now time.Time) partitionView {
+	v := partitionView{ID: p.ID.String(), Name: p.Name, CreatedAt: timeMillis(p.CreatedAt), NextOffset: p.NextOffset,
+		OldestOffset: p.OldestOffset, Stats: p.Stats(), OldestMessage: timePtr(p.OldestAt),
+		NewestMessage: timePtr(p.NewestAt), Consumers: make([]consumerView, 0, len(p.Consumers))}
+	for i := range p.Consumers {
+		v.Consumers = append(v.Consumers, newConsumerView(p, &p.Consumers[i], now))
+	}
+	return v
+}
+
+// queueAgg sums a queue's partitions.
+type queueAgg struct {
+	totals         actor.MessageStats
+	groups         []groupView
+	oldest, newest *time.Time
+}
+
+func aggregate(q *actor.QueueDetail, now time.Time) queueAgg {
+	var a queueAgg
+	byGroup := make(map[string]*groupView)
+	for i := range q.Partitions {
+		p := &q.Partitions[i]
+		a.totals.Add(p.Stats())
+		if p.OldestAt != nil && (a.oldest == nil || p.OldestAt.Before(*a.oldest)) {
+			a.oldest = p.OldestAt
+		}
+		if p.NewestAt != nil && (a.newest == nil || p.NewestAt.After(*a.newest)) {
+			a.newest = p.NewestAt
+		}
+		for j := range p.Consumers {
+			c := &p.Consumers[j]
+			g := byGroup[c.Group]
+			if g == nil {
+				g = &groupView{ConsumerGroup: c.Group}
+				byGroup[c.Group] = g
+			}
+			st := p.GroupStats(c)
+			g.Partitions++
+			g.Pending += st.Pending
+			g.Processing += st.Processing
+			g.LagSeconds = max(g.LagSeconds, lagSeconds(c, now))
+		}
+	}
+	a.groups = make([]groupView, 0, len(byGroup))
+	for _, g := range byGroup {
+		a.groups = append(a.groups, *g)
+	}
+	sort.Slice(a.groups, func(i, j int) bool { return a.groups[i].ConsumerGroup < a.groups[j].ConsumerGroup })
+	return a
+}
+
+func newQueueDetailView(q *actor.QueueDetail, now time.Time, withPartitions bool) queueDetailView {
+	a := aggregate(q, now)
+	v := queueDetailView{ID: q.ID.String(), Name: q.Name, Namespace: q.Namespace, Task: q.Task,
+		CreatedAt: timeMillis(q.CreatedAt), DedupWindowSeconds: q.Options.DedupWindowSeconds, Options: q.Options,
+		PartitionCount: len(q.Partitions), Totals: a.totals,
+		Messages:       messageCounts{Total: a.totals.Total, Pending: a.totals.Pending, Processing: a.totals.Processing},
+		ConsumerGroups: a.groups, OldestMessage: timePtr(a.oldest), NewestMessage: timePtr(a.newest)}
+	if withPartitions {
+		v.Partitions = make([]partitionView, 0, len(q.Partitions))
+		for i := range q.Partitions {
+			v.Partitions = append(v.Partitions, newPartitionView(&q.Partitions[i], now))
+		}
+	}
+	return v
+}
+
+// queueDetail reads one queue; found is false when it does not exist.
+func (s *Server) queueDetail(ctx *fasthttp.RequestCtx, name string) (*actor.QueueDetail, time.Time, bool) {
+	qs, now, err := s.reg.QueueDetails(ctx, actor.QueueFilter{Name: name})
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return nil, now, false
+	}
+	if len(qs) == 0 {
+		writeError(ctx, fasthttp.StatusNotFound, "Queue not found")
+		return nil, now, false
+	}
+	return &qs[0], now, true
+}
+
+// handleQueueDetail serves GET /api/v1/resources/queues/:queue: the queue
+// with its partitions (offsets, stats, oldest/newest message, every group's
+// cursor and lag) and totals.
+func (s *Server) handleQueueDetail(ctx *fasthttp.RequestCtx, name string) {
+	q, now, ok := s.queueDetail(ctx, name)
+	if !ok {
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, newQueueDetailView(q, now, true))
+}
+
+// handleStatusQueue serves GET /api/v1/status/queues/:queue.
+func (s *Server) handleStatusQueue(ctx *fasthttp.RequestCtx, name string) {
+	q, now, ok := s.queueDetail(ctx, name)
+	if !ok {
+		return
+	}
+	v := newQueueDetailView(q, now, true)
+	parts := v.Partitions
+	v.Partitions = nil
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"queue": v, "partitions": parts, "totals": v.Totals,
+		"timestamp": timeMillis(now)})
+}
+
+func queueFilter(args *fasthttp.Args) actor.QueueFilter {
+	ns := string(args.Peek("namespace"))
+	if ns == "" {
+		ns = string(args.Peek("ns"))
+	}
+	return actor.QueueFilter{Name: string(args.Peek("queue")), Namespace: ns, Task: string(args.Peek("task"))}
+}
+
+// overview is what the overview and status views count.
+type overview struct {
+	Queues         int                `json:"queues"`
+	Partitions     int                `json:"partitions"`
+	Namespaces     int                `json:"namespaces"`
+	Tasks          int                `json:"tasks"`
+	ConsumerGroups int                `json:"consumerGroups"`
+	Messages       actor.MessageStats `json:"messages"`
+	Timestamp      string             `json:"timestamp"`
+}
+
+func summarize(qs []actor.QueueDetail, now time.Time) overview {
+	o := overview{Queues: len(qs), Timestamp: timeMillis(now)}
+	ns, tasks, groups := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for i := range qs {
+		q := &qs[i]
+		if q.Namespace != "" {
+			ns[q.Namespace] = true
+		}
+		if q.Task != "" {
+			tasks[q.Task] = true
+		}
+		o.Partitions += len(q.Partitions)
+		for j := range q.Partitions {
+			p := &q.Partitions[j]
+			o.Messages.Add(p.Stats())
+			for k := range p.Consumers {
+				groups[p.Consumers[k].Group] = true
+			}
+		}
+	}
+	o.Namespaces, o.Tasks, o.ConsumerGroups = len(ns), len(tasks), len(groups)
+	return o
+}
+
+// handleOverview serves GET /api/v1/resources/overview: counts of queues,
+// partitions, namespaces, tasks and consumer groups, and queue-mode message
+// totals.
+func (s *Server) handleOverview(ctx *fasthttp.RequestCtx) {
+	qs, now, err := s.reg.QueueDetails(ctx, actor.QueueFilter{})
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, summarize(qs, now))
+}
+
+type groupingView struct {
+	Namespace  *string            `json:"namespace,omitempty"`
+	Task       *string            `json:"task,omitempty"`
+	Queues     []string           `json:"queues"`
+	Partitions int                `json:"partitions"`
+	Messages   actor.MessageStats `json:"messages"`
+}
+
+// grouped groups queues by key (namespace or task), skipping empty keys.
+func grouped(qs []actor.QueueDetail, key func(*actor.QueueDetail) string, task bool) []groupingView {
+	by := map[string]*groupingView{}
+	var names []string
+	for i := range qs {
+		q := &qs[i]
+		k := key(q)
+		if k == "" {
+			continue
+		}
+		g := by[k]
+		if g == nil {
+			g = &groupingView{Queues: []string{}}
+			if task {
+				g.Task = strPtr(k)
+			} else {
+				g.Namespace = strPtr(k)
+			}
+			by[k] = g
+			names = append(names, k)
+		}
+		g.Queues = append(g.Queues, q.Name)
+		g.Partitions += len(q.Partitions)
+		for j := range q.Partitions {
+			g.Messages.Add(q.Partitions[j].Stats())
+		}
+	}
+	sort.Strings(names)
+	out := make([]groupingView, 0, len(names))
+	for _, n := range names {
+		out = append(out, *by[n])
+	}
+	return out
+}
+
+// handleNamespaces serves GET /api/v1/resources/namespaces.
+func (s *Server) handleNamespaces(ctx *fasthttp.RequestCtx) {
+	qs, _, err := s.reg.QueueDetails(ctx, actor.QueueFilter{})
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
+		"namespaces": grouped(qs, func(q *actor.QueueDetail) string { return q.Namespace }, false)})
+}
+
+// handleTasks serves GET /api/v1/resources/tasks.
+func (s *Server) handleTasks(ctx *fasthttp.RequestCtx) {
+	qs, _, err := s.reg.QueueDetails(ctx, actor.QueueFilter{})
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
+		"tasks": grouped(qs, func(q *actor.QueueDetail) string { return q.Task }, true)})
+}
+
+// handleStatus serves GET /api/v1/status (queue, namespace/ns, task filter
+// the counts): the database, the broker's runtime counters and the overview.
+func (s *Server) handleStatus(ctx *fasthttp.RequestCtx) {
+	qs, now, err := s.reg.QueueDetails(ctx, queueFilter(ctx.QueryArgs()))
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	st := s.reg.Stats()
+	ps := s.reg.PoolStats()
+	o := summarize(qs, now)
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
+		"timestamp": o.Timestamp, "uptimeSeconds": int64(time.Since(s.started).Seconds()),
+		"server": "Regina", "version": Version,
+		"database": map[string]any{"status": "connected",
+			"pool": map[string]any{"total": ps.Total, "idle": ps.Idle, "acquired": ps.Acquired, "max": ps.Max}},
+		"broker": map[string]any{"actors": st.Actors, "mailboxDepth": st.MailboxDepth, "batches": st.Batches,
+			"queued": st.Queued, "duplicates": st.Duplicates, "mailboxFull": st.MailboxFull,
+			"pushFailures": st.PushFailures},
+		"queues": o.Queues, "partitions": o.Partitions, "namespaces": o.Namespaces, "tasks": o.Tasks,
+		"consumerGroups": o.ConsumerGroups, "messages": o.Messages,
+	})
+}
+
+// handleStatusQueues serves GET /api/v1/status/queues (queue, namespace/ns,
+// task, limit (100), offset): one summary per queue, by name.
+func (s *Server) handleStatusQueues(ctx *fasthttp.RequestCtx) {
+	args := ctx.QueryArgs()
+	limit := min(max(queryInt(args, "limit", 100), 1), 10000)
+	offset := max(queryInt(args, "offset", 0), 0)
+	qs, now, err := s.reg.QueueDetails(ctx, queueFilter(args))
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	total := len(qs)
+	page := qs[min(offset, total):min(offset+limit, total)]
+	out := make([]queueDetailView, 0, len(page))
+	for i := range page {
+		out = append(out, newQueueDetailView(&page[i], now, false))
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"queues": out, "timestamp": timeMillis(now),
+		"pagination": map[string]any{"limit": limit, "offset": offset, "total": total}})
+}
+
+type messageView struct {
+	ID            string          `json:"id"`
+	TransactionID string          `json:"transactionId"`
+	PartitionID   string          `json:"partitionId"`
+	QueuePath     string          `json:"queuePath"`
+	Queue         string          `json:"queue"`
+	Partition     string          `json:"partition"`
+	Namespace     string          `json:"namespace"`
+	Task          string          `json:"task"`
+	Status        string          `json:"status"`
+	Offset        int64           `json:"offset"`
+	TraceID       *string         `json:"traceId"`
+	Data          json.RawMessage `json:"data"`
+	CreatedAt     string          `json:"createdAt"`
+}
+
+func newMessageView(m *actor.StoredMessage) messageView {
+	v := messageView{ID: m.MessageID.String(), TransactionID: m.TransactionID, PartitionID: m.PartitionID.String(),
+		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: m.Namespace,
+		Task: m.Task, Status: m.Status, Offset: m.Offset, Data: json.RawMessage(m.Payload),
+		CreatedAt: timeMicros(m.Created())}
+	if len(v.Data) == 0 {
+		v.Data = json.RawMessage("null")
+	}
+	if m.HasTrace {
+		v.TraceID = strPtr(m.TraceID.String())
+	}
+	return v
+}
+
+// handleListMessages serves GET /api/v1/messages (queue, partition,
+// namespace/ns, task, from, to, limit (200, at most 1000), offset): stored
+// messages, newest first, with their queue-mode status.
+func (s *Server) handleListMessages(ctx *fasthttp.RequestCtx) {
+	args := ctx.QueryArgs()
+	qf := queueFilter(args)
+	f := actor.MessageFilter{Queue: qf.Name, Partition: string(args.Peek("partition")), Namespace: qf.Namespace,
+		Task: qf.Task, Limit: min(max(queryInt(args, "limit", 200), 1), 1000), Offset: max(queryInt(args, "offset", 0), 0)}
+	var err error
+	if f.From, err = parseTimeParam(args, "from"); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	if f.To, err = parseTimeParam(args, "to"); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	list, total, err := s.reg.ListMessages(ctx, f)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	out := make([]messageView, len(list))
+	for i := range list {
+		out[i] = newMessageView(&list[i])
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"messages": out, "total": total,
+		"pagination": map[string]any{"limit": f.Limit, "offset": f.Offset, "total": total}})
+}
+
+// handleGetMessage serves GET /api/v1/messages/:partitionId/:transactionId.
+func (s *Server) handleGetMessage(ctx *fasthttp.RequestCtx, partitionID, txID string) {
+	pid, err := partition.ParseUUID(partitionID)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, "partitionId must be a UUID")
+		return
+	}
+	m, ok, err := s.reg.GetMessage(ctx, pid, txID)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	if !ok {
+		writeError(ctx, fasthttp.StatusNotFound, "Message not found")
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, newMessageView(&m))
+}

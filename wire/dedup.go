@@ -1,0 +1,241 @@
+package wire
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/segmentio/encoding/json"
+	"github.com/valyala/fasthttp"
+
+	"github.com/regina-mq/regina/actor"
+	"github.com/regina-mq/regina/partition"
+)
+
+// Dedup inspection: GET /api/v1/dedup/explain and POST /api/v1/dedup/lookup.
+// Both run the push's probe read-only and write nothing.
+
+// reasonSegmentRemoved explains a zero-UUID original.
+const reasonSegmentRemoved = "segment removed by retention: its transaction id is still in the hash sidecar, " +
+	"its message is gone"
+
+type occurrenceView struct {
+	Offset       int64   `json:"offset"`
+	MessageID    string  `json:"messageId"`
+	StoredAt     string  `json:"storedAt"`
+	WindowEndsAt *string `json:"windowEndsAt"`
+	InWindow     bool    `json:"inWindow"`
+	SegmentGone  bool    `json:"segmentRemoved"`
+}
+
+type explainView struct {
+	Queue           string  `json:"queue"`
+	Partition       string  `json:"partition"`
+	TransactionID   string  `json:"transactionId"`
+	Verdict         string  `json:"verdict"`
+	QueueExists     bool    `json:"queueExists"`
+	PartitionExists bool    `json:"partitionExists"`
+	PartitionID     *string `json:"partitionId"`
+	WindowSeconds   int     `json:"windowSeconds"`
+	// MessageID is the original a push would name (duplicate), or the newest
+	// stored copy (expired, disabled); null when nothing is stored.
+	MessageID             *string          `json:"messageId"`
+	OriginalUnknown       bool             `json:"originalUnknown"`
+	OriginalUnknownReason *string          `json:"originalUnknownReason"`
+	StoredAt              *string          `json:"storedAt"`
+	WindowEndsAt          *string          `json:"windowEndsAt"`
+	Offset                *int64           `json:"offset"`
+	Occurrences           []occurrenceView `json:"occurrences"`
+	CheckedAt             string           `json:"checkedAt"`
+	Note                  string           `json:"note"`
+}
+
+func strPtr(s string) *string { return &s }
+
+func windowEnd(at time.Time, window int) *string {
+	if window <= 0 {
+		return nil
+	}
+	return strPtr(timeMicros(at.Add(time.Duration(window) * time.Second)))
+}
+
+func timeMicros(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
+
+func newExplainView(k actor.ExplainKey, r *actor.ExplainResult) explainView {
+	v := explainView{Queue: k.Queue, Partition: k.Partition, TransactionID: k.TransactionID, Verdict: r.Verdict,
+		QueueExists: r.QueueExists, PartitionExists: r.PartitionExists, WindowSeconds: r.WindowSeconds,
+		Occurrences: make([]occurrenceView, 0, len(r.Occurrences)), CheckedAt: timeMicros(r.Now)}
+	if r.PartitionExists {
+		v.PartitionID = strPtr(r.PartitionID.String())
+	}
+	for _, o := range r.Occurrences {
+		v.Occurrences = append(v.Occurrences, occurrenceView{Offset: o.Offset, MessageID: o.MessageID.String(),
+			StoredAt: timeMicros(o.CreatedAt), WindowEndsAt: windowEnd(o.CreatedAt, r.WindowSeconds),
+			InWindow: o.InWindow, SegmentGone: o.SegmentGone})
+	}
+	if o := r.Original; o != nil {
+		v.MessageID = strPtr(o.MessageID.String())
+		v.StoredAt = strPtr(timeMicros(o.CreatedAt))
+		v.WindowEndsAt = windowEnd(o.CreatedAt, r.WindowSeconds)
+		off := o.Offset
+		v.Offset = &off
+		if o.SegmentGone {
+			v.OriginalUnknown = true
+			v.OriginalUnknownReason = strPtr(reasonSegmentRemoved)
+		}
+	}
+	switch {
+	case !r.QueueExists:
+		v.Note = "queue does not exist: a push would create it (window " + strconv.Itoa(r.WindowSeconds) +
+			" s) and queue the message"
+	case !r.PartitionExists:
+		v.Note = "partition does not exist: a push would create it and queue the message"
+	case r.Verdict == actor.ExplainDisabled:
+		v.Note = "deduplication is off on this queue (dedupWindowSeconds 0): a push is never checked and is queued"
+	case r.Verdict == actor.ExplainDuplicate && v.OriginalUnknown:
+		v.Note = "stored inside the window: a push would be answered duplicate with the zero UUID (the original's " +
+			"segment was removed by retention) and write nothing"
+	case r.Verdict == actor.ExplainDuplicate:
+		v.Note = "stored inside the window: a push would be answered duplicate with this messageId and write nothing"
+	case r.Verdict == actor.ExplainExpired:
+		v.Note = "stored, but its window has ended: a push would be queued as a new, independent message"
+	default:
+		v.Note = "not in this partition's hash sidecar: a push would be queued"
+	}
+	return v
+}
+
+// handleDedupExplain serves GET /api/v1/dedup/explain?queue=&partition=&transactionId=.
+func (s *Server) handleDedupExplain(ctx *fasthttp.RequestCtx) {
+	args := ctx.QueryArgs()
+	k := actor.ExplainKey{Queue: string(args.Peek("queue")), Partition: string(args.Peek("partition")),
+		TransactionID: string(args.Peek("transactionId"))}
+	if k.Queue == "" || k.Partition == "" || k.TransactionID == "" {
+		writeError(ctx, fasthttp.StatusBadRequest, "queue, partition and transactionId are required")
+		return
+	}
+	res, err := s.reg.Explain(ctx, []actor.ExplainKey{k})
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, newExplainView(k, &res[0]))
+}
+
+type lookupView struct {
+	Index         int      `json:"index"`
+	Queue         string   `json:"queue"`
+	Partition     string   `json:"partition"`
+	TransactionID string   `json:"transactionId"`
+	Committed     bool     `json:"committed"`
+	MessageID     *string  `json:"messageId"`
+	MessageIDs    []string `json:"messageIds"`
+	PartitionID   *string  `json:"partitionId"`
+	StoredAt      *string  `json:"storedAt"`
+	InWindow      bool     `json:"inWindow"`
+	Verdict       string   `json:"verdict"`
+}
+
+// handleDedupLookup serves POST /api/v1/dedup/lookup
+// {"items":[{"queue","partition","transactionId"}, ...]} (at most 1000; a
+// missing partition is Default, as in a push): whether each transaction id is
+// committed (stored in its partition's hash sidecar) and its original ids.
+func (s *Server) handleDedupLookup(ctx *fasthttp.RequestCtx) {
+	body := ctx.PostBody()
+	if err := checkBody(body); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	if kindOf(body) != kindObject {
+		writeError(ctx, fasthttp.StatusBadRequest, "Request body must be a JSON object")
+		return
+	}
+	var top struct {
+		Items json.RawMessage `json:"items"`
+	}
+	if err := unmarshal(body, &top); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, invalidJSON(err).Error())
+		return
+	}
+	if kindOf(top.Items) != kindArray {
+		writeError(ctx, fasthttp.StatusBadRequest, "items array is required")
+		return
+	}
+	var raws []struct {
+		Queue         json.RawMessage `json:"queue"`
+		Partition     json.RawMessage `json:"partition"`
+		TransactionID json.RawMessage `json:"transactionId"`
+	}
+	if err := unmarshal(top.Items, &raws); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, "Each item must be an object")
+		return
+	}
+	if len(raws) > actor.MaxExplainKeys {
+		writeError(ctx, fasthttp.StatusBadRequest, "At most "+strconv.Itoa(actor.MaxExplainKeys)+
+			" items per lookup (got "+strconv.Itoa(len(raws))+")")
+		return
+	}
+	keys := make([]actor.ExplainKey, len(raws))
+	for i, r := range raws {
+		bad := func(msg string) {
+			writeError(ctx, fasthttp.StatusBadRequest, "items["+strconv.Itoa(i)+"]: "+msg)
+		}
+		var err error
+		if kindOf(r.Queue) != kindString {
+			bad("queue must be a string")
+			return
+		}
+		if keys[i].Queue, err = rawString(r.Queue); err != nil || keys[i].Queue == "" {
+			bad("queue must be a non-empty string")
+			return
+		}
+		switch kindOf(r.Partition) {
+		case kindMissing, kindNull:
+			keys[i].Partition = "Default"
+		case kindString:
+			if keys[i].Partition, err = rawString(r.Partition); err != nil || keys[i].Partition == "" {
+				bad("partition must be a non-empty string")
+				return
+			}
+		default:
+			bad("partition must be a string")
+			return
+		}
+		if kindOf(r.TransactionID) != kindString {
+			bad("transactionId must be a string")
+			return
+		}
+		if keys[i].TransactionID, err = rawString(r.TransactionID); err != nil || keys[i].TransactionID == "" {
+			bad("transactionId must be a non-empty string")
+			return
+		}
+		if len(keys[i].TransactionID) > partition.MaxTxIDLen {
+			bad("transactionId is longer than 255 bytes")
+			return
+		}
+	}
+	res, err := s.reg.Explain(ctx, keys)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	out := make([]lookupView, len(keys))
+	for i := range keys {
+		r := &res[i]
+		v := lookupView{Index: i, Queue: keys[i].Queue, Partition: keys[i].Partition,
+			TransactionID: keys[i].TransactionID, Committed: len(r.Occurrences) > 0, Verdict: r.Verdict,
+			MessageIDs: make([]string, 0, len(r.Occurrences))}
+		if r.PartitionExists {
+			v.PartitionID = strPtr(r.PartitionID.String())
+		}
+		for _, o := range r.Occurrences {
+			v.MessageIDs = append(v.MessageIDs, o.MessageID.String())
+		}
+		if o := r.Original; o != nil {
+			v.MessageID = strPtr(o.MessageID.String())
+			v.StoredAt = strPtr(timeMicros(o.CreatedAt))
+			v.InWindow = o.InWindow
+		}
+		out[i] = v
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"results": out})
+}
