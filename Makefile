@@ -16,7 +16,7 @@ FUZZTIME    ?= 30s
 
 ENSURE_PG := scripts/ensure-postgres.sh
 
-.PHONY: help build run test test/race bench fuzz loadtest lint db/stop clean
+.PHONY: help build run test test/race bench fuzz loadtest lint db/stop clean faults compare compare/scale
 
 help: ## Show this list of targets
 	@echo 'Usage: make TARGET [VAR=value ...]'
@@ -45,6 +45,7 @@ bench: ## Run the benchmarks in ./bench (ITERATIONS=1x by default)
 fuzz: ## Fuzz the wire decoder and the partition segments (FUZZTIME=30s each)
 	$(GO) test -run='^$$' -fuzz=FuzzDecodePush -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeConfigure -fuzztime=$(FUZZTIME) ./wire
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeTransaction -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzSegment -fuzztime=$(FUZZTIME) ./partition
 
 loadtest: build ## Drive a running broker over HTTP (ARGS=... e.g. ARGS='-duration 30s -items 100')
@@ -67,3 +68,33 @@ db/stop: ## Stop the throwaway PostgreSQL cluster in .data/pg (if running)
 
 clean: ## Remove build output (bin/)
 	rm -rf bin/
+
+DURATION ?= 60s
+
+faults: ## Fault-injection run: own PostgreSQL, real brokers, kills/restarts, then a checker (DURATION=60s)
+	$(GO) run ./loadtest/faults -duration $(DURATION) $(ARGS)
+
+# ---- make compare, make compare/scale (bench/compare) ----
+# DURATION, WARMUP, ITEMS, ROUNDS, CONNECTIONS, PARTITIONS, PAYLOAD given on
+# the command line (or in the environment) win; otherwise these targets use
+# their own defaults, whatever defaults other targets give the same names.
+cmp_var = $(if $(filter command line environment environment override override,$(origin $(1))),$($(1)),$(2))
+COMPARE_FLAGS = -duration $(call cmp_var,DURATION,20s) -warmup $(call cmp_var,WARMUP,3s) \
+	-items $(call cmp_var,ITEMS,10) -connections $(call cmp_var,CONNECTIONS,16) \
+	-partitions $(call cmp_var,PARTITIONS,16) -payload $(call cmp_var,PAYLOAD,200)
+COMPARE_CMD = $(subst ','"'"',make $@ $(MAKEOVERRIDES))
+COMPARE_ARGS ?=
+SCALE_PARTITIONS ?= 1,16,1000,10000
+SCALE_HASHES ?= 100k,1M,10M
+SCALE_ROUNDS ?= 1
+
+compare: ## Regina vs raw PostgreSQL vs NATS JetStream -> bench/RESULTS.md (DURATION=20s WARMUP=3s ITEMS=10 ROUNDS=3)
+	$(GO) build -o bin/regina-compare ./bench/compare
+	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -database-url "$$url" $(COMPARE_FLAGS) \
+		-rounds $(call cmp_var,ROUNDS,3) -command '$(COMPARE_CMD)' $(COMPARE_ARGS)
+
+compare/scale: ## Throughput and p99 as partitions and in-window hashes grow (SCALE_PARTITIONS, SCALE_HASHES; takes minutes)
+	$(GO) build -o bin/regina-compare ./bench/compare
+	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -scale -database-url "$$url" $(COMPARE_FLAGS) \
+		-scale-partitions '$(SCALE_PARTITIONS)' -scale-hashes '$(SCALE_HASHES)' -scale-rounds $(SCALE_ROUNDS) \
+		-command '$(COMPARE_CMD)' $(COMPARE_ARGS)

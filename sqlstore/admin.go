@@ -372,6 +372,10 @@ func (s *Store) GetMessage(ctx context.Context, partitionID partition.UUID, txID
 		func(tx pgx.Tx) error {
 			ok = false
 			h := partition.HashTxID(txID)
+			// As in the ack's resolution: the GIN index, never a scan.
+			if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+				return err
+			}
 			rows, err := tx.Query(ctx, s.sql.resolveOffsets, [16]byte(partitionID), [][]byte{h[:]})
 			if err != nil {
 				return err

@@ -135,6 +135,10 @@ func (s *Store) Explain(ctx context.Context, keys []ExplainKey) ([]ExplainResult
 			if len(pids) == 0 {
 				return nil
 			}
+			// As in push_segment's full-window probe: the GIN index, never a scan.
+			if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+				return err
+			}
 			rows, err = tx.Query(ctx, s.sql.admin.explainProbe, pids, hashes, windows, idx)
 			if err != nil {
 				return err

@@ -132,13 +132,14 @@ func classify(err error) error {
 	if errors.As(err, &pgErr) {
 		return err
 	}
-	if pgconn.SafeToRetry(err) {
+	var connErr *pgconn.ConnectError
+	if pgconn.SafeToRetry(err) || errors.As(err, &connErr) {
+		// Nothing reached the server (or no connection was established).
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	var netErr net.Error
-	var connErr *pgconn.ConnectError
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) ||
-		errors.As(err, &netErr) || errors.As(err, &connErr) || errors.Is(err, io.EOF) ||
+		errors.As(err, &netErr) || errors.Is(err, io.EOF) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "conn closed") {
 		// The request may have reached the server: its effect is unknown.
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)

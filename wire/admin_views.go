@@ -66,12 +66,13 @@ type queueDetailView struct {
 	DedupWindowSeconds int                    `json:"dedupWindowSeconds"`
 	Options            partition.QueueOptions `json:"options"`
 	PartitionCount     int                    `json:"partitionCount"`
-	Partitions         []partitionView        `json:"partitions"`
-	Totals             actor.MessageStats     `json:"totals"`
-	Messages           messageCounts          `json:"messages"`
-	ConsumerGroups     []groupView            `json:"consumerGroups"`
-	OldestMessage      *string                `json:"oldestMessage"`
-	NewestMessage      *string                `json:"newestMessage"`
+	// Partitions is omitted by the status views (GET /api/v1/status/queues).
+	Partitions     *[]partitionView   `json:"partitions,omitempty"`
+	Totals         actor.MessageStats `json:"totals"`
+	Messages       messageCounts      `json:"messages"`
+	ConsumerGroups []groupView        `json:"consumerGroups"`
+	OldestMessage  *string            `json:"oldestMessage"`
+	NewestMessage  *string            `json:"newestMessage"`
 }
 
 func timePtr(t *time.Time) *string {
@@ -159,10 +160,11 @@ func newQueueDetailView(q *actor.QueueDetail, now time.Time, withPartitions bool
 		Messages:       messageCounts{Total: a.totals.Total, Pending: a.totals.Pending, Processing: a.totals.Processing},
 		ConsumerGroups: a.groups, OldestMessage: timePtr(a.oldest), NewestMessage: timePtr(a.newest)}
 	if withPartitions {
-		v.Partitions = make([]partitionView, 0, len(q.Partitions))
+		parts := make([]partitionView, 0, len(q.Partitions))
 		for i := range q.Partitions {
-			v.Partitions = append(v.Partitions, newPartitionView(&q.Partitions[i], now))
+			parts = append(parts, newPartitionView(&q.Partitions[i], now))
 		}
+		v.Partitions = &parts
 	}
 	return v
 }

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/user"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var lastLineRE = regexp.MustCompile(`^faults: verdict=(clean|violations|error) requests=(\d+) retries=(\d+) faults=(\d+) violations=(\d+)$`)
+
+// syncBuffer is a bytes.Buffer safe for the harness's concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestFaultsShort runs the whole harness in short mode: its own PostgreSQL,
+// real brokers, every fault kind, then the checker. It must end clean.
+func TestFaultsShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("faults: skipped with -short (the harness starts PostgreSQL and brokers and runs ~30s); run go test ./loadtest/faults or make faults")
+	}
+	if _, err := FindPGBin(); err != nil {
+		t.Skipf("faults: %v; install PostgreSQL (Debian: apt-get install postgresql) to run the fault-injection harness", err)
+	}
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("postgres"); err != nil {
+			t.Skip("faults: running as root needs a 'postgres' system user to own the throwaway cluster (initdb refuses root)")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	if dl, ok := t.Deadline(); ok {
+		cancel()
+		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-30*time.Second))
+	}
+	defer cancel()
+
+	o, err := parseFlags([]string{"-short"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	code := run(ctx, o, &out)
+	t.Logf("harness output:\n%s", out.String())
+	last := lastLine(out.String())
+	m := lastLineRE.FindStringSubmatch(last)
+	if m == nil {
+		t.Fatalf("last line %q is not a verdict line", last)
+	}
+	if code != 0 || m[1] != "clean" || m[5] != "0" {
+		t.Fatalf("harness verdict: %q (exit %d); see the output above", last, code)
+	}
+	if m[2] == "0" || m[4] == "0" {
+		t.Fatalf("harness sent no request or injected no fault: %q", last)
+	}
+	for _, kind := range []string{"kill9: SIGKILL", "two-brokers: broker B", "pg-restart: pg_ctl restart", "conn-drop:", "slow-db:"} {
+		if !strings.Contains(out.String(), kind) {
+			t.Errorf("the short run did not exercise %q", kind)
+		}
+	}
+}
+
+// A run that cannot start still ends with a verdict line (verdict=error) and
+// a non-zero status.
+func TestVerdictLineOnSetupError(t *testing.T) {
+	var out syncBuffer
+	o, err := parseFlags([]string{"-duration", "5s", "-repo", t.TempDir()}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := run(context.Background(), o, &out)
+	if code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+	last := lastLine(out.String())
+	if last != "faults: verdict=error requests=0 retries=0 faults=0 violations=0" {
+		t.Errorf("last line %q", last)
+	}
+	if !strings.Contains(out.String(), "ERROR: no go.mod of github.com/regina-mq/regina") {
+		t.Errorf("output does not say why:\n%s", out.String())
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	var errOut bytes.Buffer
+	o, err := parseFlags([]string{"-short"}, &errOut)
+	if err != nil || o.duration != 14*time.Second || !o.short {
+		t.Errorf("-short: %+v %v", o, err)
+	}
+	o, err = parseFlags([]string{"-short", "-duration", "20s"}, &errOut)
+	if err != nil || o.duration != 20*time.Second {
+		t.Errorf("-short -duration 20s: %+v %v", o, err)
+	}
+	o, err = parseFlags(nil, &errOut)
+	if err != nil || o.duration != 60*time.Second || o.short {
+		t.Errorf("defaults: %+v %v", o, err)
+	}
+	if _, err := parseFlags([]string{"-duration", "1s"}, &errOut); err == nil {
+		t.Error("-duration 1s accepted")
+	}
+	if _, err := parseFlags([]string{"extra"}, &errOut); err == nil {
+		t.Error("a positional argument accepted")
+	}
+	o, err = parseFlags([]string{"-faults", "kill9, slow-db", "-twins", "0.5"}, &errOut)
+	if err != nil || len(o.kinds) != 2 || o.kinds[1] != "slow-db" || o.twinProb != 0.5 || o.stormProb != 0.15 {
+		t.Errorf("-faults kill9,slow-db -twins 0.5: %+v %v", o, err)
+	}
+	if _, err := parseFlags([]string{"-faults", "meteor"}, &errOut); err == nil {
+		t.Error("an unknown fault kind accepted")
+	}
+}

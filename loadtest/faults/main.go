@@ -1,0 +1,715 @@
+// Command faults is Regina's fault-injection harness (issue #7).
+//
+// It starts its own throwaway PostgreSQL cluster (under .data/faults-pg, or
+// /var/tmp when the cluster owner cannot reach the repository), builds
+// ./cmd/regina and runs real broker processes against it, drives retrying
+// producers over HTTP (every timeout, network error, 5xx and per-item
+// "failed" is retried with the same transaction ids; twins send a new batch
+// twice at once; storms resend answered batches) while it injects faults
+// round-robin:
+//
+//	kill9        SIGKILL broker A under load, restart it
+//	two-brokers  broker B on the same database, traffic split; halfway A is
+//	             frozen with SIGSTOP past the client timeout, or (every other
+//	             round) killed; B is then stopped with SIGTERM under traffic
+//	pg-restart   pg_ctl restart -m fast (immediate on the next round)
+//	conn-drop    pg_terminate_backend of every broker connection, repeatedly
+//	slow-db      A restarted with DB_STATEMENT_TIMEOUT=200 while an outside
+//	             session holds SELECT ... FOR UPDATE on partition rows
+//
+// Then it stops the brokers with SIGTERM and proves, from the recorded
+// history and the database, per partition: every item answered queued is
+// stored exactly once under the answered message_id; no transaction id is
+// stored twice; every duplicate names the stored original; segments tile
+// [0, next_offset) and log_txns matches them hash for hash; payloads are
+// stored as sent; ids a producer gave up on are stored at most once.
+//
+//	make faults                  # 60 s
+//	make faults DURATION=30s
+//	go run ./loadtest/faults -short
+//	go run ./loadtest/faults -faults kill9,slow-db -twins 0.5 -storms 0.3
+//	go run ./loadtest/faults -broker-bin ./old-regina -broker-env QUEEN_DEDUP_CACHE=false
+//
+// On violations (or errors, or -keep) the temporary directory is kept: broker
+// logs, postgres.log, history.jsonl (every request and response),
+// state.txt (every stored frame, decoded) and violations.txt. The last line
+// of output is always
+//
+//	faults: verdict=clean|violations|error requests=N retries=N faults=N violations=N
+//
+// and the exit status is 0 only for a clean verdict (1 violations, 2 error).
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	duration  time.Duration
+	short     bool
+	producers int
+	seed      uint64
+	history   string
+	keep      bool
+	repo      string
+	kinds     []string // fault kinds to inject (nil = all)
+	twinProb  float64
+	stormProb float64
+	brokerEnv []string // extra KEY=VALUE settings for every broker
+	parts     int
+	brokerBin string // use this broker binary instead of building ./cmd/regina
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("faults", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&o.duration, "duration", 60*time.Second, "load duration (faults are injected round-robin inside it)")
+	fs.BoolVar(&o.short, "short", false, "short mode: ~14 s of load, fewer producers and faults (-duration is ignored unless given)")
+	fs.IntVar(&o.producers, "producers", 0, "concurrent producers (0 = 16, or 6 with -short)")
+	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0 = from the clock)")
+	fs.StringVar(&o.history, "history", "", "also write every request and response to this JSONL file")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (broker logs, history, PostgreSQL log) even when clean")
+	fs.StringVar(&o.repo, "repo", "", "root of the regina module (default: found from the working directory)")
+	kinds := fs.String("faults", "", "comma-separated fault kinds to inject, round-robin (default all: "+faultNames()+")")
+	fs.Float64Var(&o.twinProb, "twins", 0.15, "share of new batches sent twice at once (to two brokers when two are up)")
+	env := fs.String("broker-env", "", "extra broker settings, comma-separated KEY=VALUE (e.g. QUEEN_DEDUP_CACHE=false,LOG_LEVEL=debug)")
+	fs.StringVar(&o.brokerBin, "broker-bin", "", "run this broker binary instead of building ./cmd/regina of -repo")
+	fs.IntVar(&o.parts, "partitions", 6, "partitions of the queue (p0, p1, ...)")
+	fs.Float64Var(&o.stormProb, "storms", 0.15, "share of producer turns that resend an already answered batch 1-3 times at once")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	durationSet := false
+	fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
+	if o.short && !durationSet {
+		o.duration = 14 * time.Second
+	}
+	if *kinds != "" {
+		for _, k := range strings.Split(*kinds, ",") {
+			k = strings.TrimSpace(k)
+			if faultByName(k) == nil {
+				return o, fmt.Errorf("-faults: unknown kind %q (known: %s)", k, faultNames())
+			}
+			o.kinds = append(o.kinds, k)
+		}
+	}
+	if *env != "" {
+		for _, kv := range strings.Split(*env, ",") {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return o, fmt.Errorf("-broker-env: %q is not KEY=VALUE", kv)
+			}
+			o.brokerEnv = append(o.brokerEnv, strings.TrimSpace(kv))
+		}
+	}
+	if o.twinProb < 0 || o.twinProb > 1 || o.stormProb < 0 || o.stormProb > 1 {
+		return o, fmt.Errorf("-twins and -storms are shares between 0 and 1")
+	}
+	if o.parts < 2 || o.parts > 64 {
+		return o, fmt.Errorf("-partitions %d: use 2 to 64 (slow-db locks two)", o.parts)
+	}
+	if o.duration < 5*time.Second {
+		return o, fmt.Errorf("-duration %s is too short (minimum 5s)", o.duration)
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, o, os.Stdout)
+	stop()
+	os.Exit(code)
+}
+
+// timing is the shape of a run.
+type timing struct {
+	warmup, tail, gap     time.Duration
+	window, minWindow     time.Duration
+	downtime, hold, drain time.Duration
+	freeze, timeout       time.Duration
+	sweeps, holds         int
+}
+
+func timingFor(o options) timing {
+	if o.short {
+		return timing{warmup: time.Second, tail: time.Second, gap: 500 * time.Millisecond,
+			window: 1500 * time.Millisecond, minWindow: time.Second,
+			downtime: 200 * time.Millisecond, hold: 300 * time.Millisecond, drain: 20 * time.Second,
+			freeze: 2500 * time.Millisecond, timeout: 2 * time.Second, sweeps: 2, holds: 2}
+	}
+	return timing{warmup: 2 * time.Second, tail: 2 * time.Second, gap: 1500 * time.Millisecond,
+		window: 3 * time.Second, minWindow: 1500 * time.Millisecond,
+		downtime: 300 * time.Millisecond, hold: 350 * time.Millisecond, drain: 30 * time.Second,
+		freeze: 2500 * time.Millisecond, timeout: 2 * time.Second, sweeps: 3, holds: 3}
+}
+
+type runner struct {
+	o          options
+	t          timing
+	out        *output
+	start      time.Time
+	loadEnd    time.Time
+	runID      string
+	repo       string
+	tmp        string
+	pgRoot     string
+	pg         *cluster
+	a, b       *broker
+	eps        *endpoints
+	hist       *History
+	errs       *errorCounts
+	partitions []string
+	rng        *mrand.Rand
+
+	mu     sync.Mutex
+	extra  []Violation
+	counts map[string]int
+}
+
+// output prefixes every line with "faults: " and is safe for concurrent use.
+type output struct {
+	mu    sync.Mutex
+	w     io.Writer
+	start time.Time
+}
+
+func (o *output) line(format string, args ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	fmt.Fprintf(o.w, "faults: "+format+"\n", args...)
+}
+
+func (r *runner) logf(format string, args ...any) {
+	r.out.line("+%5.1fs %s", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (r *runner) count(name string, n int) {
+	r.mu.Lock()
+	r.counts[name] += n
+	r.mu.Unlock()
+}
+
+func (r *runner) violation(kind, format string, args ...any) {
+	v := Violation{Kind: kind, Detail: fmt.Sprintf(format, args...)}
+	r.mu.Lock()
+	r.extra = append(r.extra, v)
+	r.mu.Unlock()
+	r.logf("VIOLATION %s", v)
+}
+
+// faultTotal is the number of injected faults: SIGKILLs, SIGSTOP freezes,
+// second-broker windows, PostgreSQL restarts, connection-drop sweeps and lock holds.
+func (r *runner) faultTotal() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts["kill9"] + r.counts["freeze"] + r.counts["two-brokers"] + r.counts["pg-restart"] + r.counts["conn-drop"] + r.counts["slow-db"]
+}
+
+// run executes the harness and prints the verdict as its last line; it
+// returns the exit status (0 clean, 1 violations, 2 error).
+func run(ctx context.Context, o options, w io.Writer) int {
+	var idb [3]byte
+	_, _ = rand.Read(idb[:])
+	seed := o.seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	r := &runner{o: o, t: timingFor(o), out: &output{w: w}, start: time.Now(), runID: hex.EncodeToString(idb[:]),
+		eps: &endpoints{}, hist: &History{}, errs: &errorCounts{}, counts: map[string]int{},
+		rng: mrand.New(mrand.NewPCG(seed, 0x5eed))}
+	r.out.start = r.start
+	if o.parts < 2 {
+		o.parts = 6
+	}
+	for i := 0; i < o.parts; i++ {
+		r.partitions = append(r.partitions, fmt.Sprintf("p%d", i))
+	}
+	// Everything is bounded: the load, the drain and generous room for
+	// building, starting and stopping on a slow machine.
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, o.duration+r.t.drain+15*time.Minute)
+	defer cancel()
+
+	rep, err := r.execute(ctx, seed)
+	keep := o.keep
+	violations := 0
+	if rep != nil {
+		violations = len(rep.Violations)
+	}
+	interrupted := parent.Err() != nil
+	if interrupted && err != nil {
+		err = fmt.Errorf("interrupted: %w", err)
+	}
+	if (err != nil && !interrupted) || violations > 0 {
+		keep = true
+	}
+	if err != nil && keep && r.tmp != "" {
+		if atts := r.hist.Attempts(); len(atts) > 0 {
+			_ = writeHistory(filepath.Join(r.tmp, "history.jsonl"), atts)
+		}
+	}
+	r.cleanup(keep)
+
+	requests, retries := 0, 0
+	if rep != nil {
+		requests, retries = rep.Stats.Requests, rep.Stats.Retries
+	} else {
+		for _, a := range r.hist.Attempts() {
+			requests++
+			if a.Kind == KindRetry {
+				retries++
+			}
+		}
+	}
+	verdict, code := "clean", 0
+	switch {
+	case err != nil:
+		r.out.line("ERROR: %v", err)
+		verdict, code = "error", 2
+	case violations > 0:
+		verdict, code = "violations", 1
+	}
+	if keep && r.tmp != "" {
+		var files []string
+		if entries, err := os.ReadDir(r.tmp); err == nil {
+			for _, e := range entries {
+				if e.Name() != "regina" && e.Name() != ".keep" {
+					files = append(files, e.Name())
+				}
+			}
+		}
+		r.out.line("evidence kept in %s (%s)", r.tmp, strings.Join(files, ", "))
+	}
+	r.out.line("verdict=%s requests=%d retries=%d faults=%d violations=%d", verdict, requests, retries, r.faultTotal(), violations)
+	return code
+}
+
+// execute sets everything up, runs the load with faults and checks. The
+// report is nil when the run could not be checked.
+func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
+	repo, err := findRepo(r.o.repo)
+	if err != nil {
+		return nil, err
+	}
+	r.repo = repo
+	bin, err := FindPGBin()
+	if err != nil {
+		return nil, err
+	}
+	reapStaleTemp(r.logf)
+	if r.tmp, err = os.MkdirTemp("", fmt.Sprintf("regina-faults-%d-", os.Getpid())); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(r.tmp, 0o755); err != nil {
+		return nil, err
+	}
+	root, base, err := clusterBase(repo, fmt.Sprintf("%d-%s", os.Getpid(), r.runID))
+	if err != nil {
+		return nil, err
+	}
+	r.pgRoot = root
+	reapStale(root, bin, r.logf)
+
+	r.logf("run %s (seed %d): %s of load, %d producers, partitions %s, queue %q; logs in %s",
+		r.runID, seed, r.o.duration, r.producerCount(), strings.Join(r.partitions, ","), QueueName, r.tmp)
+
+	type built struct {
+		path string
+		err  error
+	}
+	buildc := make(chan built, 1)
+	go func() {
+		if r.o.brokerBin != "" {
+			p, err := filepath.Abs(r.o.brokerBin)
+			if err == nil && !isExec(p) {
+				err = fmt.Errorf("-broker-bin %s is not an executable file", p)
+			}
+			buildc <- built{p, err}
+			return
+		}
+		p, err := buildBroker(ctx, repo, r.tmp)
+		buildc <- built{p, err}
+	}()
+
+	if r.pg, err = newCluster(bin, base); err != nil {
+		<-buildc
+		return nil, err
+	}
+	if err := r.pg.initdb(ctx); err != nil {
+		<-buildc
+		return nil, err
+	}
+	if err := r.pg.start(ctx); err != nil {
+		<-buildc
+		return nil, err
+	}
+	r.logf("PostgreSQL %s cluster in %s on 127.0.0.1:%d", filepath.Base(filepath.Dir(bin)), base, r.pg.port)
+	bd := <-buildc
+	if bd.err != nil {
+		return nil, bd.err
+	}
+
+	ports := make([]int, 2)
+	for i := range ports {
+		if ports[i], err = freePortExcept(ports[:i]...); err != nil {
+			return nil, err
+		}
+	}
+	onExit := func(b *broker, err error) {
+		r.violation(VBroker, "broker %s exited on its own: %v; log tail:\n%s", b.name, err, tail(b.logPath, 8))
+	}
+	r.a = &broker{name: "A", env: r.o.brokerEnv, bin: bd.path, port: ports[0], logPath: filepath.Join(r.tmp, "broker-A.log"), dbURL: r.pg.url(""), onExit: onExit}
+	r.b = &broker{name: "B", env: r.o.brokerEnv, bin: bd.path, port: ports[1], logPath: filepath.Join(r.tmp, "broker-B.log"), dbURL: r.pg.url(""), onExit: onExit}
+	if err := r.a.start(ctx, false); err != nil {
+		return nil, err
+	}
+	r.eps.set(r.a.url())
+	r.logf("broker A (pid %d) serving on %s", r.a.pid(), r.a.url())
+
+	lp := &loadPlan{runID: r.runID, start: r.start, partitions: r.partitions, maxItems: 20,
+		stormProb: r.o.stormProb, twinProb: r.o.twinProb, repeatProb: 0.03, timeout: r.t.timeout,
+		stopNew: make(chan struct{}), hist: r.hist, eps: r.eps, errs: r.errs,
+		client: &http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second, DisableCompression: true,
+			DialContext: (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
+		}}}
+	if r.o.short {
+		lp.pause = 2 * time.Millisecond
+	}
+	defer lp.client.CloseIdleConnections()
+
+	// Seed: one item per partition, so every partition row exists before
+	// the first fault (slow-db locks them).
+	prodCtx, stopProducers := context.WithCancel(ctx)
+	defer stopProducers()
+	seedCtx, seedCancel := context.WithTimeout(prodCtx, 60*time.Second)
+	seedP := &producer{id: 0, lp: lp, rng: mrand.New(mrand.NewPCG(seed, 0))}
+	items := make([]Item, len(r.partitions))
+	for i, p := range r.partitions {
+		items[i] = Item{Partition: p, TxID: fmt.Sprintf("%s-seed-%s", r.runID, p)}
+	}
+	seedP.deliver(seedCtx, r.hist.NewBatch(0, items))
+	seedCancel()
+	if seedP.settled != 1 {
+		return nil, fmt.Errorf("the seed push got no definite answer within 60s")
+	}
+
+	r.loadEnd = time.Now().Add(r.o.duration)
+	r.logf("load starts (%s)", r.o.duration)
+
+	var pwg sync.WaitGroup
+	prods := make([]*producer, r.producerCount())
+	for i := range prods {
+		prods[i] = &producer{id: i + 1, lp: lp, rng: mrand.New(mrand.NewPCG(seed, uint64(i+1)))}
+		pwg.Add(1)
+		go func(p *producer) {
+			defer pwg.Done()
+			p.run(prodCtx)
+		}(prods[i])
+	}
+	injErr := make(chan error, 1)
+	go func() { injErr <- r.inject(ctx) }()
+
+	sleepUntil(ctx, r.loadEnd)
+	close(lp.stopNew)
+	err = <-injErr
+	lp.giveUpAt.Store(time.Now().Add(r.t.drain).UnixNano())
+	if err != nil {
+		stopProducers()
+		pwg.Wait()
+		return nil, err
+	}
+	r.logf("load stopped; faults healed; producers finish their retries (at most %s)", r.t.drain)
+	done := make(chan struct{})
+	go func() { pwg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(r.t.drain + 30*time.Second):
+		stopProducers()
+		<-done
+	case <-ctx.Done():
+		stopProducers()
+		<-done
+		return nil, ctx.Err()
+	}
+	settled, gaveUp := 0, 0
+	for _, p := range prods {
+		settled += p.settled
+		gaveUp += p.gaveUp
+	}
+	r.logf("producers done: %d batches settled, %d given up", settled, gaveUp)
+
+	for _, b := range []*broker{r.b, r.a} {
+		if b.running() {
+			if err := b.stop(60 * time.Second); err != nil {
+				r.violation(VBroker, "final graceful stop: %v", err)
+			}
+		}
+	}
+	r.logf("brokers stopped with SIGTERM; reading the database")
+
+	cctx, ccancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer ccancel()
+	conn, err := r.pg.connect(cctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := LoadState(cctx, conn, "queen", QueueName)
+	conn.Close(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	attempts := r.hist.Attempts()
+	rep := Check(attempts, st)
+	r.mu.Lock()
+	rep.Violations = append(r.extra, rep.Violations...)
+	r.mu.Unlock()
+
+	if r.o.history != "" {
+		if err := writeHistory(r.o.history, attempts); err != nil {
+			r.logf("could not write %s: %v", r.o.history, err)
+		}
+	}
+	if len(rep.Violations) > 0 {
+		_ = writeHistory(filepath.Join(r.tmp, "history.jsonl"), attempts)
+		_ = writeState(filepath.Join(r.tmp, "state.txt"), st)
+		_ = writeViolations(filepath.Join(r.tmp, "violations.txt"), rep)
+		_ = copyFile(r.pg.logFile, filepath.Join(r.tmp, "postgres.log"))
+	} else if r.o.keep {
+		_ = writeHistory(filepath.Join(r.tmp, "history.jsonl"), attempts)
+		_ = copyFile(r.pg.logFile, filepath.Join(r.tmp, "postgres.log"))
+	}
+	r.summary(rep)
+	return rep, nil
+}
+
+func (r *runner) producerCount() int {
+	switch {
+	case r.o.producers > 0:
+		return r.o.producers
+	case r.o.short:
+		return 6
+	}
+	return 16
+}
+
+// summary prints the counts and every violation (with its history excerpt).
+func (r *runner) summary(rep *Report) {
+	s := rep.Stats
+	r.mu.Lock()
+	c := map[string]int{}
+	for k, v := range r.counts {
+		c[k] = v
+	}
+	r.mu.Unlock()
+	r.out.line("faults injected: kill9=%d freeze=%d two-brokers=%d pg-restart=%d (fast=%d immediate=%d) conn-drop=%d sweeps (%d backends) slow-db=%d lock holds; graceful-stops=%d",
+		c["kill9"], c["freeze"], c["two-brokers"], c["pg-restart"], c["pg-restart-fast"], c["pg-restart-immediate"],
+		c["conn-drop"], c["conn-drop-backends"], c["slow-db"], c["graceful-stop"])
+	r.out.line("indefinite answers (retried): %s", r.errs)
+	for _, ex := range r.errs.examples() {
+		r.out.line("    e.g. %s", ex)
+	}
+	r.out.line("history: requests=%d (first/retry/twin/storm = %d/%d/%d/%d) batches=%d tx-ids=%d answers queued=%d duplicate=%d failed-items=%d no-answer=%d gave-up=%d (stored %d)",
+		s.Requests, s.Requests-s.Retries-s.Twins-s.Storms, s.Retries, s.Twins, s.Storms, s.Batches, s.Items,
+		s.QueuedAnswers, s.DupAnswers, s.FailedAns, s.NoAnswer, s.GaveUp, s.GaveUpStored)
+	r.out.line("database: partitions=%d segments=%d frames=%d", s.Partitions, s.Segments, s.StoredFrames)
+	r.out.line("broker logs: A {%s} B {%s}", logLevels(r.a.logPath), logLevels(r.b.logPath))
+	if len(rep.Violations) == 0 {
+		return
+	}
+	// Every violation gets a line (up to 200 of a kind; all of them go to
+	// violations.txt); the first 10 of a kind also get their history
+	// excerpt and stored rows.
+	byKind := map[string]int{}
+	hidden := 0
+	for _, v := range rep.Violations {
+		byKind[v.Kind]++
+		n := byKind[v.Kind]
+		if n > 200 {
+			hidden++
+			continue
+		}
+		r.out.line("VIOLATION %s", v)
+		if n <= 10 && v.TxID != "" {
+			for _, l := range rep.Excerpts[excerptKey(v.Partition, v.TxID)] {
+				r.out.line("    %s", l)
+			}
+		}
+	}
+	if hidden > 0 {
+		r.out.line("... and %d more violations (every one is in violations.txt)", hidden)
+	}
+	r.out.line("violations by kind: %s", sortedCounts(byKind))
+}
+
+// writeViolations writes every violation, with the excerpts the checker kept.
+func writeViolations(path string, rep *Report) error {
+	var b strings.Builder
+	for _, v := range rep.Violations {
+		b.WriteString(v.String())
+		b.WriteByte('\n')
+		if v.TxID != "" {
+			for _, l := range rep.Excerpts[excerptKey(v.Partition, v.TxID)] {
+				b.WriteString("    " + l + "\n")
+			}
+		}
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// cleanup stops the brokers and the cluster and removes what is not kept.
+func (r *runner) cleanup(keep bool) {
+	for _, b := range []*broker{r.a, r.b} {
+		if b != nil && b.running() {
+			_ = b.kill()
+		}
+	}
+	if r.pg != nil {
+		if err := r.pg.stop(); err != nil {
+			r.out.line("stopping PostgreSQL: %v", err)
+		}
+		if keep && r.tmp != "" {
+			_ = copyFile(r.pg.logFile, filepath.Join(r.tmp, "postgres.log"))
+		}
+		_ = os.RemoveAll(r.pg.dir)
+		if r.pgRoot != "" {
+			_ = os.Remove(r.pgRoot) // only when empty
+		}
+	}
+	if r.tmp != "" {
+		if keep {
+			// Marks the directory as deliberately kept (reapStaleTemp spares it).
+			_ = os.WriteFile(filepath.Join(r.tmp, ".keep"), nil, 0o644)
+		} else {
+			_ = os.RemoveAll(r.tmp)
+		}
+	}
+}
+
+// reapStaleTemp removes the temporary directories of earlier runs whose
+// harness died before cleaning up (its pid is gone and it did not mark the
+// directory as kept evidence).
+func reapStaleTemp(logf func(string, ...any)) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "regina-faults-*-*"))
+	for _, d := range dirs {
+		rest := strings.TrimPrefix(filepath.Base(d), "regina-faults-")
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, ".keep")); err == nil {
+			continue
+		}
+		logf("removing %s, left by a dead earlier run", d)
+		_ = os.RemoveAll(d)
+	}
+}
+
+// findRepo returns the root of the regina module: dir if given, else the
+// first parent of the working directory holding its go.mod.
+func findRepo(dir string) (string, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", err
+		}
+		dir = wd
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/regina-mq/regina\n") {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod of github.com/regina-mq/regina in %s or its parents (use -repo)", dir)
+		}
+	}
+}
+
+func freePortExcept(used ...int) (int, error) {
+	for i := 0; i < 20; i++ {
+		p, err := freePort()
+		if err != nil {
+			return 0, err
+		}
+		ok := true
+		for _, u := range used {
+			ok = ok && u != p
+		}
+		if ok {
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free port")
+}
+
+func writeHistory(path string, attempts []*Attempt) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := WriteJSONL(f, attempts); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
+}
+
+// sortedCounts formats a count map as "a=1 b=2" in key order.
+func sortedCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
