@@ -46,6 +46,7 @@ fuzz: ## Fuzz the wire decoder and the partition segments (FUZZTIME=30s each)
 	$(GO) test -run='^$$' -fuzz=FuzzDecodePush -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeConfigure -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeTransaction -fuzztime=$(FUZZTIME) ./wire
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeAcks -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzSegment -fuzztime=$(FUZZTIME) ./partition
 
 loadtest: build ## Drive a running broker over HTTP (ARGS=... e.g. ARGS='-duration 30s -items 100')

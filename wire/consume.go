@@ -226,69 +226,77 @@ func groupOf(raw json.RawMessage) string {
 	return actor.QueueModeGroup
 }
 
-func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
-	body := ctx.PostBody()
+// DecodeAck decodes and validates a POST /api/v1/ack body.
+func DecodeAck(body []byte) (group string, items []actor.AckItem, err error) {
 	if err := checkBody(body); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
-		return
+		return "", nil, err
+	}
+	if kindOf(body) != kindObject {
+		return "", nil, errors.New("Request body must be a JSON object")
 	}
 	var r rawAck
-	if kindOf(body) != kindObject {
-		writeError(ctx, fasthttp.StatusBadRequest, "Request body must be a JSON object")
-		return
-	}
 	if err := unmarshal(body, &r); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, invalidJSON(err).Error())
-		return
+		return "", nil, invalidJSON(err)
 	}
 	it, err := decodeAckItem(&r, false)
 	if err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
-		return
+		return "", nil, err
 	}
-	s.ack(ctx, groupOf(r.ConsumerGroup), []actor.AckItem{it})
+	return groupOf(r.ConsumerGroup), []actor.AckItem{it}, nil
 }
 
-func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
-	body := ctx.PostBody()
+// DecodeAckBatch decodes and validates a POST /api/v1/ack/batch body. The
+// top-level consumerGroup overrides per-item ones, as upstream does.
+func DecodeAckBatch(body []byte) (group string, items []actor.AckItem, err error) {
 	if err := checkBody(body); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
-		return
+		return "", nil, err
+	}
+	if kindOf(body) != kindObject {
+		return "", nil, errors.New("Request body must be a JSON object")
 	}
 	var top struct {
 		Acks          json.RawMessage `json:"acknowledgments"`
 		ConsumerGroup json.RawMessage `json:"consumerGroup"`
 	}
-	if kindOf(body) != kindObject {
-		writeError(ctx, fasthttp.StatusBadRequest, "Request body must be a JSON object")
-		return
-	}
 	if err := unmarshal(body, &top); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, invalidJSON(err).Error())
-		return
+		return "", nil, invalidJSON(err)
 	}
 	if kindOf(top.Acks) != kindArray {
-		writeError(ctx, fasthttp.StatusBadRequest, "acknowledgments array is required")
-		return
+		return "", nil, errors.New("acknowledgments array is required")
 	}
 	var raws []rawAck
 	if err := unmarshal(top.Acks, &raws); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, "Each acknowledgment must be an object")
-		return
+		return "", nil, errors.New("Each acknowledgment must be an object")
 	}
-	items := make([]actor.AckItem, len(raws))
+	items = make([]actor.AckItem, len(raws))
 	for i := range raws {
 		it, err := decodeAckItem(&raws[i], true)
 		if err != nil {
-			writeError(ctx, fasthttp.StatusBadRequest, "acknowledgments["+strconv.Itoa(i)+"]: "+err.Error())
-			return
+			return "", nil, errors.New("acknowledgments[" + strconv.Itoa(i) + "]: " + err.Error())
 		}
 		items[i] = it
 	}
-	// The top-level group overrides per-item ones, as upstream does.
-	group := groupOf(top.ConsumerGroup)
+	group = groupOf(top.ConsumerGroup)
 	if len(top.ConsumerGroup) == 0 && len(raws) > 0 {
 		group = groupOf(raws[0].ConsumerGroup)
+	}
+	return group, items, nil
+}
+
+func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
+	group, items, err := DecodeAck(ctx.PostBody())
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	s.ack(ctx, group, items)
+}
+
+func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
+	group, items, err := DecodeAckBatch(ctx.PostBody())
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
 	}
 	s.ack(ctx, group, items)
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
@@ -139,26 +140,24 @@ type lookupView struct {
 // {"items":[{"queue","partition","transactionId"}, ...]} (at most 1000; a
 // missing partition is Default, as in a push): whether each transaction id is
 // committed (stored in its partition's hash sidecar) and its original ids.
-func (s *Server) handleDedupLookup(ctx *fasthttp.RequestCtx) {
-	body := ctx.PostBody()
+// DecodeLookup decodes and validates a POST /api/v1/dedup/lookup body: at
+// most actor.MaxExplainKeys (queue, partition, transactionId) triples; a
+// missing partition means Default, as in a push.
+func DecodeLookup(body []byte) ([]actor.ExplainKey, error) {
 	if err := checkBody(body); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
-		return
+		return nil, err
 	}
 	if kindOf(body) != kindObject {
-		writeError(ctx, fasthttp.StatusBadRequest, "Request body must be a JSON object")
-		return
+		return nil, errors.New("Request body must be a JSON object")
 	}
 	var top struct {
 		Items json.RawMessage `json:"items"`
 	}
 	if err := unmarshal(body, &top); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, invalidJSON(err).Error())
-		return
+		return nil, invalidJSON(err)
 	}
 	if kindOf(top.Items) != kindArray {
-		writeError(ctx, fasthttp.StatusBadRequest, "items array is required")
-		return
+		return nil, errors.New("items array is required")
 	}
 	var raws []struct {
 		Queue         json.RawMessage `json:"queue"`
@@ -166,52 +165,50 @@ func (s *Server) handleDedupLookup(ctx *fasthttp.RequestCtx) {
 		TransactionID json.RawMessage `json:"transactionId"`
 	}
 	if err := unmarshal(top.Items, &raws); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, "Each item must be an object")
-		return
+		return nil, errors.New("Each item must be an object")
 	}
 	if len(raws) > actor.MaxExplainKeys {
-		writeError(ctx, fasthttp.StatusBadRequest, "At most "+strconv.Itoa(actor.MaxExplainKeys)+
-			" items per lookup (got "+strconv.Itoa(len(raws))+")")
-		return
+		return nil, errors.New("At most " + strconv.Itoa(actor.MaxExplainKeys) +
+			" items per lookup (got " + strconv.Itoa(len(raws)) + ")")
 	}
 	keys := make([]actor.ExplainKey, len(raws))
 	for i, r := range raws {
-		bad := func(msg string) {
-			writeError(ctx, fasthttp.StatusBadRequest, "items["+strconv.Itoa(i)+"]: "+msg)
-		}
+		bad := func(msg string) error { return errors.New("items[" + strconv.Itoa(i) + "]: " + msg) }
 		var err error
 		if kindOf(r.Queue) != kindString {
-			bad("queue must be a string")
-			return
+			return nil, bad("queue must be a string")
 		}
 		if keys[i].Queue, err = rawString(r.Queue); err != nil || keys[i].Queue == "" {
-			bad("queue must be a non-empty string")
-			return
+			return nil, bad("queue must be a non-empty string")
 		}
 		switch kindOf(r.Partition) {
 		case kindMissing, kindNull:
 			keys[i].Partition = "Default"
 		case kindString:
 			if keys[i].Partition, err = rawString(r.Partition); err != nil || keys[i].Partition == "" {
-				bad("partition must be a non-empty string")
-				return
+				return nil, bad("partition must be a non-empty string")
 			}
 		default:
-			bad("partition must be a string")
-			return
+			return nil, bad("partition must be a string")
 		}
 		if kindOf(r.TransactionID) != kindString {
-			bad("transactionId must be a string")
-			return
+			return nil, bad("transactionId must be a string")
 		}
 		if keys[i].TransactionID, err = rawString(r.TransactionID); err != nil || keys[i].TransactionID == "" {
-			bad("transactionId must be a non-empty string")
-			return
+			return nil, bad("transactionId must be a non-empty string")
 		}
 		if len(keys[i].TransactionID) > partition.MaxTxIDLen {
-			bad("transactionId is longer than 255 bytes")
-			return
+			return nil, bad("transactionId is longer than 255 bytes")
 		}
+	}
+	return keys, nil
+}
+
+func (s *Server) handleDedupLookup(ctx *fasthttp.RequestCtx) {
+	keys, err := DecodeLookup(ctx.PostBody())
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
 	}
 	res, err := s.reg.Explain(ctx, keys)
 	if err != nil {

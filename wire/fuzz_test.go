@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/partition"
 )
 
@@ -142,6 +143,42 @@ func FuzzDecodeTransaction(f *testing.F) {
 			require.NotEmpty(t, a.TransactionID)
 			require.Contains(t, []string{"completed", "dlq"}, a.Status)
 			require.True(t, utf8.ValidString(a.TransactionID))
+		}
+	})
+}
+
+// FuzzDecodeAcks feeds arbitrary bodies to the single and batch ack
+// decoders and the dedup lookup decoder: never a panic, and what is accepted
+// is usable.
+func FuzzDecodeAcks(f *testing.F) {
+	for _, seed := range []string{
+		`{"transactionId":"t1","partitionId":"0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","leaseId":"0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"completed","error":null,"consumerGroup":"g"}`,
+		`{"acknowledgments":[{"transactionId":"t1","partitionId":"0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"failed","error":"boom"}],"consumerGroup":null}`,
+		`{"items":[{"queue":"q","partition":"p","transactionId":"t"},{"queue":"q","transactionId":"u"}]}`,
+		`{"transactionId":5}`, `{"acknowledgments":{}}`, `{"items":[1]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	valid := map[string]bool{"completed": true, "success": true, "failed": true, "dlq": true, "retry": true}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, dec := range []func([]byte) (string, []actor.AckItem, error){DecodeAck, DecodeAckBatch} {
+			group, items, err := dec(body)
+			if err != nil {
+				continue
+			}
+			require.NotEmpty(t, group)
+			for _, it := range items {
+				require.NotEmpty(t, it.TransactionID)
+				require.True(t, valid[it.Status], it.Status)
+			}
+		}
+		if keys, err := DecodeLookup(body); err == nil {
+			require.LessOrEqual(t, len(keys), actor.MaxExplainKeys)
+			for _, k := range keys {
+				require.NotEmpty(t, k.Queue)
+				require.NotEmpty(t, k.Partition)
+				require.NotEmpty(t, k.TransactionID)
+			}
 		}
 	})
 }

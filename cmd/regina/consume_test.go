@@ -558,3 +558,19 @@ func TestReplayOutOfTheDLQIsNotSwallowedByDedup(t *testing.T) {
 	require.Equal(t, "duplicate", dup[0].Status)
 	require.Equal(t, orig[0].MessageID, dup[0].MessageID)
 }
+
+func TestAutoAckConsumesWithoutALease(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	pushN(t, b, "auto", "Default", 0, 3)
+	r := b.pop(t, "auto", "", url.Values{"batch": {"2"}, "autoAck": {"true"}})
+	require.Len(t, r.Messages, 2)
+	require.Equal(t, "", r.LeaseID, "autoAck pops carry no lease")
+	require.Equal(t, "", r.Messages[0].LeaseID)
+	// Nothing is held: the next pop goes straight on, and the first two are
+	// never delivered again.
+	r2 := b.pop(t, "auto", "", url.Values{"batch": {"10"}, "autoAck": {"1"}})
+	require.Len(t, r2.Messages, 1)
+	require.Equal(t, "auto-Default-2", r2.Messages[0].TransactionID)
+	require.Empty(t, b.pop(t, "auto", "", nil).Messages)
+}
