@@ -18,12 +18,12 @@ var runID atomic.Int64
 // partition, no broker in between: the floor under every push. Each
 // iteration is one transaction of n new messages (200-byte payloads, a
 // full-window probe); "dup" runs push an already-stored batch, which writes
-// nothing.
+// nothing; "mixed" runs repeat every other item of the stored batch.
 func BenchmarkPushTransaction(b *testing.B) {
 	ctx := context.Background()
 	st := sqlstoretest.Open(b)
 	for _, n := range []int{1, 10, 100, 1000} {
-		for _, mode := range []string{"new", "dup"} {
+		for _, mode := range []string{"new", "dup", "mixed"} {
 			b.Run(fmt.Sprintf("batch=%d/%s", n, mode), func(b *testing.B) {
 				ref, err := st.EnsurePartition(ctx, "bench", fmt.Sprintf("p-%d-%s", n, mode))
 				if err != nil {
@@ -41,7 +41,7 @@ func BenchmarkPushTransaction(b *testing.B) {
 							&partition.Body{CreatedAt: 1, TransactionID: tx, Payload: payload})
 					}
 				}
-				if mode == "dup" {
+				if mode != "new" {
 					fill(-1)
 					if _, err := st.Push(ctx, batch); err != nil {
 						b.Fatal(err)
@@ -49,10 +49,22 @@ func BenchmarkPushTransaction(b *testing.B) {
 				}
 				seq := 0
 				for b.Loop() {
-					if mode == "new" {
+					switch mode {
+					case "new":
 						b.StopTimer()
 						fill(seq)
 						seq++
+						b.StartTimer()
+					case "mixed":
+						// Every other item repeats one of the stored batch.
+						b.StopTimer()
+						fill(seq)
+						seq++
+						for i := 0; i < n; i += 2 {
+							tx := strconv.FormatInt(run, 10) + ":-1:" + strconv.Itoa(i)
+							h := partition.HashTxID(tx)
+							batch.Hashes[i] = h[:]
+						}
 						b.StartTimer()
 					}
 					res, err := st.Push(ctx, batch)

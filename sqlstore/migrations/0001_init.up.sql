@@ -138,8 +138,6 @@ DECLARE
     v_keep   bytea[];
     v_ids    bytea;
     v_bodies bytea;
-    v_start  integer;
-    j        integer;
     v_seqscan text;
 BEGIN
     created_at := now();
@@ -250,17 +248,15 @@ BEGIN
         v_ids := p_ids;
         v_bodies := p_bodies;
     ELSE
-        v_keep := '{}';
-        v_ids := '\x'::bytea;
-        v_bodies := '\x'::bytea;
-        FOR j IN 1..n LOOP
-            IF NOT (j = ANY (dup_idx)) THEN
-                v_keep := v_keep || p_hashes[j];
-                v_ids := v_ids || substring(p_ids FROM (j - 1) * 16 + 1 FOR 16);
-                v_start := CASE WHEN j = 1 THEN 0 ELSE p_ends[j - 1] END;
-                v_bodies := v_bodies || substring(p_bodies FROM v_start + 1 FOR p_ends[j] - v_start);
-            END IF;
-        END LOOP;
+        -- The survivors, set-based (string_agg is linear; concatenating in
+        -- a loop would copy the growing buffers once per item).
+        SELECT array_agg(u.h ORDER BY u.i),
+               string_agg(substring(p_ids FROM (u.i::integer - 1) * 16 + 1 FOR 16), ''::bytea ORDER BY u.i),
+               string_agg(substring(p_bodies FROM coalesce(p_ends[u.i::integer - 1], 0) + 1
+                                             FOR u.e - coalesce(p_ends[u.i::integer - 1], 0)), ''::bytea ORDER BY u.i)
+          INTO v_keep, v_ids, v_bodies
+          FROM unnest(p_hashes, p_ends) WITH ORDINALITY AS u(h, e, i)
+         WHERE NOT (u.i::integer = ANY (dup_idx));
     END IF;
 
     first_offset := v_next;
