@@ -1,0 +1,50 @@
+package depcheck
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/regina-mq/regina/"
+
+// allowed lists, for each package, the packages of ours it may import
+// (production code only; tests may import anything).
+var allowed = map[string][]string{
+	"partition":             {},
+	"cache":                 {},
+	"metrics":               {},
+	"sqlstore":              {"partition"},
+	"sqlstore/sqlstoretest": {"sqlstore"},
+	"actor":                 {"partition", "cache", "sqlstore", "metrics"},
+	"wire":                  {"actor", "partition", "metrics", "sqlstore"},
+	"cmd/regina":            {"actor", "cache", "metrics", "sqlstore", "wire"},
+	"bench":                 {},
+	"bench/compare":         {"partition", "sqlstore"},
+	// The load generator is an outside client: nothing of ours.
+	"loadtest": {},
+	// The fault checker decodes stored segments.
+	"loadtest/faults":   {"partition"},
+	"internal/depcheck": {},
+}
+
+func TestImportDirection(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"...").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], module)
+		ok, known := allowed[pkg]
+		require.True(t, known, "package %s is not in the import rules: add it to allowed (and docs/ARCHITECTURE.md)", pkg)
+		for _, imp := range fields[1:] {
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			dep := strings.TrimPrefix(imp, module)
+			require.Contains(t, ok, dep, "%s must not import %s (see docs/ARCHITECTURE.md)", pkg, dep)
+		}
+	}
+}
