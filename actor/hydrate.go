@@ -44,6 +44,9 @@ type HydrationStats struct {
 	// Busy counts loads not started because maxHydrations were running (the
 	// next push of that partition asks again).
 	Busy uint64
+	// TooDeep counts loads skipped because the partition's sidecar could not
+	// fit the budget (estimated before reading it).
+	TooDeep uint64
 	// Running is the number of loads in flight.
 	Running int
 }
@@ -52,11 +55,45 @@ type HydrationStats struct {
 type hydrator struct {
 	sem       chan struct{}
 	maxHashes int
+	budget    int64
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 
-	started, finished, failed, aborted, truncated, busy atomic.Uint64
+	started, finished, failed, aborted, truncated, busy, tooDeep atomic.Uint64
+
+	// skipUntil holds partitions whose sidecar is too deep to fit the budget:
+	// no load is tried for them until the time given.
+	mu        sync.Mutex
+	skipUntil map[partition.UUID]time.Time
+}
+
+// tooDeepBackoff is how long a partition too deep for the budget is not
+// loaded again.
+const tooDeepBackoff = time.Minute
+
+// bytesPerHashEstimate is a hash's typical cost in the cache (see
+// cache/doc.go), for deciding before a load whether it could fit.
+const bytesPerHashEstimate = 70
+
+func (h *hydrator) skip(p partition.UUID) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.skipUntil[p]
+	if ok && time.Now().After(t) {
+		delete(h.skipUntil, p)
+		return false
+	}
+	return ok
+}
+
+func (h *hydrator) skipFor(p partition.UUID, d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.skipUntil == nil {
+		h.skipUntil = make(map[partition.UUID]time.Time)
+	}
+	h.skipUntil[p] = time.Now().Add(d)
 }
 
 func newHydrator(budget int64) *hydrator {
@@ -67,6 +104,7 @@ func newHydrator(budget int64) *hydrator {
 	return &hydrator{
 		sem:       make(chan struct{}, defaultMaxHydrations),
 		maxHashes: int(max(budget/minBytesPerHash, 1)),
+		budget:    budget,
 		ctx:       ctx,
 		cancel:    cancel,
 	}
@@ -74,7 +112,8 @@ func newHydrator(budget int64) *hydrator {
 
 func (h *hydrator) stats() HydrationStats {
 	return HydrationStats{Started: h.started.Load(), Finished: h.finished.Load(), Failed: h.failed.Load(),
-		Aborted: h.aborted.Load(), Truncated: h.truncated.Load(), Busy: h.busy.Load(), Running: len(h.sem)}
+		Aborted: h.aborted.Load(), Truncated: h.truncated.Load(), Busy: h.busy.Load(), TooDeep: h.tooDeep.Load(),
+		Running: len(h.sem)}
 }
 
 // needsHydration reports whether the cache's reason for a sentinel means the
@@ -95,6 +134,9 @@ func (r *Registry) maybeHydrate(p partition.UUID) {
 	h := r.hyd
 	if h.ctx.Err() != nil {
 		return // closing
+	}
+	if h.skip(p) {
+		return
 	}
 	select {
 	case h.sem <- struct{}{}:
@@ -125,6 +167,14 @@ func (r *Registry) hydrate(p partition.UUID, tok cache.HydrateToken) {
 	ctx, cancel := context.WithTimeout(h.ctx, hydrateTimeout)
 	defer cancel()
 	start := time.Now()
+	// Loading a window that cannot fit would read it all for nothing (and
+	// compete with the pushes): estimate first, with two index lookups.
+	if depth, err := r.store.SidecarDepth(ctx, p); err == nil && depth*bytesPerHashEstimate > h.budget {
+		r.cache.AbortHydrate(tok)
+		h.tooDeep.Add(1)
+		h.skipFor(p, tooDeepBackoff)
+		return
+	}
 	res, err := r.store.LoadHydration(ctx, p, h.maxHashes)
 	if err != nil {
 		r.cache.AbortHydrate(tok)

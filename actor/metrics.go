@@ -84,7 +84,7 @@ func (r *Registry) metricsSnapshot() metrics.Snapshot {
 			Partitions: c.Partitions, Hydrating: c.Hydrating, Tombstones: c.Tombstones, TooBig: c.TooBig,
 			Evictions: c.Evictions,
 			Hydrations: map[string]uint64{"started": h.Started, "finished": h.Finished, "failed": h.Failed,
-				"aborted": h.Aborted, "truncated": h.Truncated, "busy": h.Busy},
+				"aborted": h.Aborted, "truncated": h.Truncated, "busy": h.Busy, "too_deep": h.TooDeep},
 			HydrationsRunning: h.Running,
 		},
 	}

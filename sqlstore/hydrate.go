@@ -2,8 +2,11 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/regina-mq/regina/partition"
 )
@@ -112,3 +115,24 @@ func (s *Store) LoadHydration(ctx context.Context, p partition.UUID, maxHashes i
 }
 
 func (s *Store) hydrateSQL() string { return qualify(hydrateSQL, s.schema) }
+
+// SidecarDepth estimates, with two index lookups, how many hashes a hydration
+// of partition p would load: its allocator minus the oldest offset still in
+// queen.log_txns (retention keeps the sidecar about one window deep).
+func (s *Store) SidecarDepth(ctx context.Context, p partition.UUID) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, s.sidecarDepthSQL(), uuidArg(p)).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrPartitionMissing
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sidecar depth: %w", classify(err))
+	}
+	return n, nil
+}
+
+func (s *Store) sidecarDepthSQL() string {
+	return qualify(`SELECT p.next_offset - coalesce((SELECT l.first_offset FROM queen.log_txns l
+		 WHERE l.partition_id = p.id ORDER BY l.first_offset LIMIT 1), p.next_offset)
+		  FROM queen.partitions p WHERE p.id = $1`, s.schema)
+}

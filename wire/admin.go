@@ -57,7 +57,7 @@ func dedupCacheMetrics(st *actor.Stats) map[string]any {
 		"bytes": c.Bytes, "partitions": c.Partitions, "hashes": c.Hashes,
 		"hydrating": c.Hydrating, "tombstones": c.Tombstones, "tooBig": c.TooBig, "evictions": c.Evictions,
 		"hydrations": map[string]any{"started": h.Started, "finished": h.Finished, "failed": h.Failed,
-			"aborted": h.Aborted, "truncated": h.Truncated, "busy": h.Busy, "running": h.Running},
+			"aborted": h.Aborted, "truncated": h.Truncated, "busy": h.Busy, "tooDeep": h.TooDeep, "running": h.Running},
 	}
 }
 

@@ -591,8 +591,9 @@ func TestActorTeachesTheCacheWhatWasStored(t *testing.T) {
 }
 
 // A partition whose window holds more hashes than the budget could hold is
-// not materialised: the load stops at the bound and the cache refuses it
-// (pressure); pushes keep the full-window probe and find the duplicates.
+// not loaded at all: the sidecar's depth is estimated first (two index
+// lookups) and the load skipped, with a backoff; pushes keep the full-window
+// probe and find the duplicates.
 func TestHydrationOfAPartitionTooBigForTheBudget(t *testing.T) {
 	t.Parallel()
 	const budget = 64 << 10 // ~1500 hashes at most
@@ -616,20 +617,19 @@ func TestHydrationOfAPartitionTooBigForTheBudget(t *testing.T) {
 	st, _ := h.push(t, "big", "p", "new-1")
 	require.Equal(t, []string{"queued"}, st)
 	checkFor(t, 30*time.Second, 2*time.Millisecond, func() error {
-		if s := h.reg.Stats(); s.Hydrations.Finished+s.Hydrations.Failed != 1 || s.Hydrations.Running != 0 {
+		if s := h.reg.Stats(); s.Hydrations.TooDeep != 1 || s.Hydrations.Running != 0 {
 			return fmt.Errorf("hydrations %+v", s.Hydrations)
 		}
 		return nil
 	})
 	s := h.reg.Stats()
-	require.Equal(t, uint64(1), s.Hydrations.Truncated)
-	require.Equal(t, 1, s.DedupCache.TooBig)
+	require.Zero(t, s.Hydrations.Finished, "nothing was read")
 	require.Zero(t, s.DedupCache.Partitions)
 	require.LessOrEqual(t, s.DedupCache.Bytes, int64(budget))
 
-	// The cache answers pressure and does not reload; verdicts are exact.
-	_, r := h.cache.Watermark(ref.ID, 3600, hashes("x"))
-	require.Equal(t, cache.ReasonPressure, r)
+	// The cache cannot vouch and no reload is tried; verdicts are exact.
+	w, _ := h.cache.Watermark(ref.ID, 3600, hashes("x"))
+	require.Equal(t, cache.NoWatermark, w)
 	st, g := h.push(t, "big", "p", "new-1", "big-1234", "new-2", "big-9999")
 	require.Equal(t, []string{"duplicate", "duplicate", "queued", "duplicate"}, st)
 	require.Equal(t, partition.ZeroUUID, g.Results[1].MessageID, "preloaded without a segment")
