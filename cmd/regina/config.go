@@ -41,6 +41,8 @@ type Config struct {
 
 	LogLevel  string
 	LogFormat string
+	// PprofAddr, when set, serves net/http/pprof there (e.g. 127.0.0.1:6060).
+	PprofAddr string
 
 	// dedupCacheBytes, when > 0, replaces DedupCacheMB << 20 as the dedup
 	// cache's budget: tests use it for budgets below 1 MiB.
@@ -150,6 +152,7 @@ var settings = []setting{
 	{"HTTP_IDLE_TIMEOUT", "http-idle-timeout", "120000", "ms before an idle keep-alive connection is closed", msSetting(1, func(c *Config) *time.Duration { return &c.IdleTimeout })},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "30000", "ms to drain on SIGTERM", msSetting(0, func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error", stringSetting([]string{"debug", "info", "warn", "error"}, func(c *Config) *string { return &c.LogLevel })},
+	{"PPROF_ADDR", "pprof-addr", "", "serve Go profiling (net/http/pprof) on this address, e.g. 127.0.0.1:6060; empty = off", stringSetting(nil, func(c *Config) *string { return &c.PprofAddr })},
 	{"LOG_FORMAT", "log-format", "auto", "json, console or auto (console on a terminal)", stringSetting([]string{"auto", "json", "console"}, func(c *Config) *string { return &c.LogFormat })},
 }
 

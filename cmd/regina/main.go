@@ -13,6 +13,8 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
+	_ "net/http/pprof" // served only when PPROF_ADDR is set
 	"os"
 	"os/signal"
 	"syscall"
@@ -98,6 +100,17 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	})
 	srv := wire.New(reg, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
 		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met})
+
+	if cfg.PprofAddr != "" {
+		pln, err := net.Listen("tcp", cfg.PprofAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s (PPROF_ADDR): %w", cfg.PprofAddr, err)
+		}
+		psrv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = psrv.Serve(pln) }()
+		defer psrv.Close()
+		log.Info().Str("addr", pln.Addr().String()).Msg("pprof serving")
+	}
 
 	ln, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {
