@@ -38,11 +38,8 @@ type actor struct {
 	// owned by the actor goroutine
 	ref      sqlstore.PartitionRef
 	resolved bool
-	// lastEnd is the offset after the last segment this actor wrote (0 when
-	// unknown); it bounds the span of a watermark probe.
-	lastEnd int64
-	batch   sqlstore.PushBatch
-	scratch scratch
+	batch    sqlstore.PushBatch
+	scratch  scratch
 }
 
 type scratch struct {
@@ -239,7 +236,6 @@ func (a *actor) push(ctx context.Context, groups []*Group) error {
 			// partition id is never used again.
 			a.reg.cache.Forget(a.ref.ID)
 			a.resolved = false
-			a.lastEnd = 0
 		case errors.Is(err, sqlstore.ErrWindowChanged):
 			a.ref.WindowSeconds = res.WindowSeconds
 		default:

@@ -222,19 +222,8 @@ func (a *actor) watermark() int64 {
 	if needsHydration(reason) {
 		a.reg.maybeHydrate(a.ref.ID)
 	}
-	if w >= 0 && a.lastEnd > 0 && a.lastEnd-1-w > maxWatermarkSpan {
-		// A repeat of an old id pulled the watermark far down: the probe
-		// would read every segment since. The GIN-driven full-window probe is
-		// cheaper then, and gives the same verdict.
-		a.reg.spanCapped.Add(1)
-		return sqlstore.NoWatermark
-	}
 	return w
 }
-
-// maxWatermarkSpan is the most offsets a watermark probe may cover before
-// the full-window probe is used instead.
-const maxWatermarkSpan = 2048
 
 // learn teaches the cache the segment a push wrote: the hashes of the stored
 // leaders (the batch minus the duplicates SQL found), in frame order.
@@ -253,5 +242,4 @@ func (a *actor) learn(res *sqlstore.PushResult) {
 		s.stored = append(s.stored, h)
 	}
 	a.reg.cache.Learn(a.ref.ID, res.WindowSeconds, res.FirstOffset, s.stored, res.CreatedAt)
-	a.lastEnd = res.FirstOffset + int64(len(s.stored))
 }

@@ -63,23 +63,12 @@ func (r *Registry) metricsSnapshot() metrics.Snapshot {
 	if r.cfg.Cache == nil {
 		budget = 0
 	}
-	// A watermark dropped for spanning too many offsets was a cache hit that
-	// ran as a full-window probe: report it under that path, cause "span".
-	sentinels := make(map[string]uint64, len(c.SentinelsByReason)+1)
-	for k, v := range c.SentinelsByReason {
-		sentinels[k] = v
-	}
-	hits := c.Hits
-	if capped := st.WatermarkSpanCapped; capped > 0 && capped <= hits {
-		hits -= capped
-		sentinels["span"] = capped
-	}
 	return metrics.Snapshot{
 		Actors: st.Actors, MailboxDepth: st.MailboxDepth, MailboxFull: st.MailboxFull, PushFailures: st.PushFailures,
 		Pool: metrics.PoolSnapshot{Total: ps.Total, Idle: ps.Idle, Acquired: ps.Acquired, Max: ps.Max,
 			EmptyAcquires: ps.EmptyAcquireCount},
 		Cache: metrics.CacheSnapshot{
-			Hits: hits, Found: c.Found, SentinelsByReason: sentinels,
+			Hits: c.Hits, Found: c.Found, SentinelsByReason: c.SentinelsByReason,
 			Bytes: c.Bytes, Budget: budget, Hashes: c.Hashes,
 			Partitions: c.Partitions, Hydrating: c.Hydrating, Tombstones: c.Tombstones, TooBig: c.TooBig,
 			Evictions: c.Evictions,

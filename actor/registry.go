@@ -93,9 +93,6 @@ type Stats struct {
 	// every watermark as a "disabled" sentinel), Hydrations its loads.
 	DedupCache cache.Stats
 	Hydrations HydrationStats
-	// WatermarkSpanCapped counts watermarks replaced by the full-window probe
-	// because they would have covered more than maxWatermarkSpan offsets.
-	WatermarkSpanCapped uint64
 }
 
 // Registry owns the live partition actors and is the broker's entry point
@@ -115,8 +112,6 @@ type Registry struct {
 	signals pushSignals
 
 	batches, queued, duplicates, mailboxFull, pushFailures atomic.Uint64
-	// spanCapped counts watermarks dropped for covering too many offsets.
-	spanCapped atomic.Uint64
 }
 
 // NewRegistry returns a registry pushing through store.
@@ -259,7 +254,7 @@ func (r *Registry) Stats() Stats {
 	return Stats{
 		Actors: n, MailboxDepth: depth, Batches: r.batches.Load(), Queued: r.queued.Load(), Duplicates: r.duplicates.Load(),
 		MailboxFull: r.mailboxFull.Load(), PushFailures: r.pushFailures.Load(),
-		DedupCache: r.cache.Stats(), Hydrations: r.hyd.stats(), WatermarkSpanCapped: r.spanCapped.Load(),
+		DedupCache: r.cache.Stats(), Hydrations: r.hyd.stats(),
 	}
 }
 

@@ -23,7 +23,14 @@ type Config struct {
 	// capacity, per-partition overhead), not entries. A budget <= 0 disables
 	// the cache.
 	BudgetBytes int64
+	// MaxSpan bounds the offsets a watermark probe may cover (default
+	// DefaultMaxSpan): when a repeat of an old id would pull the watermark
+	// further below what the cache knows, Watermark answers ReasonSpan.
+	MaxSpan int64
 }
+
+// DefaultMaxSpan is the default Config.MaxSpan.
+const DefaultMaxSpan = 2048
 
 // Cache is the broker's in-window hash cache. Its only output is a probe
 // watermark. It is safe for concurrent use; each partition is expected to be
@@ -41,6 +48,7 @@ type Cache struct {
 	hits      atomic.Uint64
 	found     atomic.Uint64
 	sentinels [numReasons]atomic.Uint64
+	maxSpan   int64
 }
 
 // tooBigRec remembers a partition that did not fit the whole budget, so it
@@ -69,7 +77,11 @@ func New(cfg Config) *Cache {
 	if err != nil {
 		panic(err) // only for a non-positive size
 	}
+	if cfg.MaxSpan <= 0 {
+		cfg.MaxSpan = DefaultMaxSpan
+	}
 	return &Cache{
+		maxSpan: cfg.MaxSpan,
 		enabled: cfg.Enabled && cfg.BudgetBytes > 0,
 		budget:  cfg.BudgetBytes,
 		lru:     l,
@@ -130,7 +142,11 @@ func (c *Cache) Watermark(p [16]byte, windowSeconds int, hashes [][16]byte) (int
 		return c.sentinel(ReasonWindow)
 	}
 	w, found := e.watermark(hashes)
+	k := e.k
 	e.mu.Unlock()
+	if k-w > c.maxSpan {
+		return c.sentinel(ReasonSpan)
+	}
 	c.hits.Add(1)
 	if found > 0 {
 		c.found.Add(uint64(found))

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"encoding/binary"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -31,7 +32,38 @@ func hashes(tag uint32, n int) [][16]byte {
 	return out
 }
 
-func newCache(budget int64) *Cache { return New(Config{Enabled: true, BudgetBytes: budget}) }
+// newCache returns a cache without the span cap, so tests can assert exact
+// watermarks far below K; TestWatermarkSpanCap covers the cap.
+func newCache(budget int64) *Cache {
+	return New(Config{Enabled: true, BudgetBytes: budget, MaxSpan: math.MaxInt64 / 2})
+}
+
+func TestWatermarkSpanCap(t *testing.T) {
+	t.Parallel()
+	c := New(Config{Enabled: true, BudgetBytes: 1 << 20, MaxSpan: 100})
+	p := [16]byte{1}
+	tok, ok := c.BeginHydrate(p)
+	require.True(t, ok)
+	now := time.Unix(1_800_000_000, 0)
+	c.FinishHydrate(tok, 0, 3600, now, nil)
+	old, recent := [16]byte{2}, [16]byte{3}
+	c.Learn(p, 3600, 0, [][16]byte{old}, now)
+	filler := make([][16]byte, 200)
+	for i := range filler {
+		filler[i] = [16]byte{9, byte(i), byte(i >> 8)}
+	}
+	c.Learn(p, 3600, 1, filler, now)
+	c.Learn(p, 3600, 201, [][16]byte{recent}, now)
+	// K is 201. A repeat of the id at offset 201 lowers W to 200: fine.
+	w, r := c.Watermark(p, 3600, [][16]byte{recent})
+	require.Equal(t, ReasonNone, r)
+	require.Equal(t, int64(200), w)
+	// A repeat of the id at offset 0 would make the probe cover 201 offsets.
+	w, r = c.Watermark(p, 3600, [][16]byte{old})
+	require.Equal(t, ReasonSpan, r)
+	require.Equal(t, NoWatermark, w)
+	require.Equal(t, uint64(1), c.Stats().SentinelsByReason["span"])
+}
 
 // hydrate loads p from rows with next_offset next, at database time now.
 func hydrate(t *testing.T, c *Cache, p [16]byte, next int64, window int, now time.Time, rows ...Segment) {
@@ -49,7 +81,7 @@ func TestReasonNames(t *testing.T) {
 	t.Parallel()
 	want := map[Reason]string{ReasonNone: "none", ReasonDisabled: "disabled", ReasonUnknown: "unknown",
 		ReasonHydrating: "hydrating", ReasonGap: "gap", ReasonPressure: "pressure", ReasonWindow: "window",
-		ReasonClock: "clock", numReasons: "invalid"}
+		ReasonClock: "clock", ReasonSpan: "span", numReasons: "invalid"}
 	for r, s := range want {
 		require.Equal(t, s, r.String())
 	}

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func randHash(rng *rand.Rand) (h [16]byte) {
 func newModel(t *testing.T, seed uint64, budget int64, enabled bool) *model {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	m := &model{t: t, rng: rng, budget: budget, now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(),
-		c: New(Config{Enabled: enabled, BudgetBytes: budget})}
+		c: New(Config{Enabled: enabled, BudgetBytes: budget, MaxSpan: maxSpanFor(seed)})}
 	for i := 0; i < 5; i++ {
 		p := &mPart{window: 60, hint: 60, index: make(map[[16]byte][]int)}
 		p.id[0], p.id[15] = byte(i+1), 0xAA
@@ -390,4 +391,13 @@ func TestModelKillSwitch(t *testing.T) {
 	require.Zero(t, st.Partitions+st.Hydrating+st.Tombstones)
 	require.Zero(t, st.Hits)
 	require.Equal(t, st.Sentinels, st.SentinelsByReason["disabled"])
+}
+
+// maxSpanFor gives some seeds a small span cap, so the model also runs with
+// ReasonSpan sentinels, and the others none.
+func maxSpanFor(seed uint64) int64 {
+	if seed%2 == 0 {
+		return 16
+	}
+	return math.MaxInt64 / 2
 }

@@ -28,6 +28,11 @@ const (
 	// ReasonClock: the database clock went back by more than TrimMargin; the
 	// partition was dropped because its trimming can no longer be trusted.
 	ReasonClock
+	// ReasonSpan: a hash of the batch repeats one so old that the watermark
+	// would cover more than Config.MaxSpan offsets; the full-window probe
+	// (index-driven) is cheaper than scanning every segment since. Nothing
+	// is dropped.
+	ReasonSpan
 
 	numReasons
 )
@@ -41,6 +46,7 @@ var reasonNames = [numReasons]string{
 	ReasonPressure:  "pressure",
 	ReasonWindow:    "window",
 	ReasonClock:     "clock",
+	ReasonSpan:      "span",
 }
 
 // String returns a short snake_case name, suitable as a metric label.
