@@ -1,0 +1,156 @@
+// Command regina-compare measures Regina side by side with the two figures
+// it is held to, in one run on one machine with the same messages: the raw
+// PostgreSQL ceiling of its own push transaction, and NATS JetStream's
+// deduplicating publish. It writes the ratios and the raw figures to
+// bench/RESULTS.md and prints, as its last line,
+//
+//	compare: regina/jetstream=R regina/ceiling=R dedup_on/off=R dup/new=R
+//
+// Run it through make, which finds or starts PostgreSQL first:
+//
+//	make compare                    # 3 rounds x 9 phases x (3 s warmup + 20 s): about 12 minutes
+//	make compare DURATION=5s        # the same, shorter: about 4 minutes
+//	make compare ITEMS=100 ROUNDS=1 WARMUP=2s
+//	make compare COMPARE_ARGS='-blocks AB -nats-conns 1'
+//	make compare/scale              # partitions 1..10k, hashes 100k..10M, 1 round: about 12 minutes
+//	make compare/scale DURATION=10s SCALE_ROUNDS=2
+//	make compare/scale DURATION=5s SCALE_PARTITIONS=1,16,1000 SCALE_HASHES=100k,1M
+//
+// or directly (go run ./bench/compare -h lists every flag).
+//
+// # What runs
+//
+// Everything is on 127.0.0.1. The program
+//   - builds bin/regina (go build), and gets a PostgreSQL URL from
+//     scripts/ensure-postgres.sh regina_compare (or -database-url);
+//   - creates a fresh schema regina_cmp_<tag> (migrated through sqlstore,
+//     the broker's own code) and drops it at the end;
+//   - uses the NATS server answering on 127.0.0.1:4222 if it has JetStream,
+//     else starts nats-server -js -a 127.0.0.1 -p <free port> -sd <tmp dir>
+//     (installing Debian's nats-server package first when the binary is
+//     missing and we are root) and stops it at the end; creates one stream
+//     (file storage, 1 h duplicate window, one subject per partition) and
+//     deletes it at the end;
+//   - starts bin/regina itself on a free port, with that schema and every
+//     setting at its default except QUEEN_DEDUP_CACHE, and stops it after
+//     each block.
+//
+// A first Ctrl-C (or SIGTERM, or the overall timeout) ends the current
+// phase, stops what was started, drops the schema and the stream, and
+// writes the figures measured so far, marked as interrupted; a second one
+// kills instead of waiting.
+//
+// # The load
+//
+// Every system gets the same load shape: -connections producers (16), each
+// sending pushes of -items messages (10) to one of -partitions partitions
+// (16), chosen uniformly, closed loop (the next push leaves when the
+// previous one is answered). A message is an immutable 200-byte JSON object
+// drawn from 1024 random ones; its transaction id (NATS: Nats-Msg-Id) is
+// "<run>.<round>.<phase>-<worker>-<push>-<item>". The partition, ids and
+// payloads of a push are a function of (phase, worker, push number), so a
+// storm regenerates exactly what was sent before.
+//
+//   - Regina: HTTP/1.1 keep-alive (fasthttp), one connection per producer,
+//     POST /api/v1/push; verdicts are counted from the answer. This is our
+//     own client (not bin/regina-loadtest) so that the storm can replay
+//     exactly the pushes an earlier phase had accepted.
+//   - Ceiling: sqlstore.Store.Push, i.e. the broker's own pgx call of
+//     queen.push_segment, one pgx connection per producer, with the batch
+//     the broker would send for the same push (xxh3 hashes, UUIDv7 ids,
+//     encoded frames, window hint 3600, full-window probe). No HTTP, no
+//     actor, no group commit.
+//   - JetStream: one NATS connection per producer (-nats-conns), each item
+//     published on its own (JetStream has no batch publish) with
+//     PublishAsync and nats.MsgId, at most -nats-inflight (256) publishes in
+//     flight over all connections (16 each by default), bounded by our own
+//     semaphore. Acks are read in order; an op is one message.
+//
+// # Phases and rounds
+//
+// One round is four blocks; the block order rotates by one per round (A B C
+// D, then B C D A, ...), so that no system always runs first or last:
+//
+//	A  broker, QUEEN_DEDUP_CACHE=true: regina_on (dedup on, 1 h window),
+//	   regina_on_storm (replays every push regina_on had accepted, cycling),
+//	   regina_nodedup (a queue configured dedupWindowSeconds: 0)
+//	B  ceiling, ceiling_storm
+//	C  jetstream, jetstream_storm (republishes the same Msg-Ids)
+//	D  broker, QUEEN_DEDUP_CACHE=false: regina_off, regina_off_storm
+//
+// Each phase is -warmup (3 s, not counted) plus -duration (20 s). An op
+// counts when its answer arrives inside the measured window; msgs/s counts
+// the messages answered with the expected verdict (accepted in a fresh
+// phase, duplicate in a storm); the other verdict is reported as "wrong"
+// and should be 0. A ratio is computed per round from two phases of that
+// round and the median over rounds is reported, with every round's value.
+//
+// CPU comes from /proc, read at the start and the end of each measured
+// window: the broker process; the PostgreSQL backends whose process title
+// names this run's database ("PG ours") and every child of the postmaster
+// alive at the end ("PG all", which includes the WAL writer, the
+// checkpointer and other users' backends); nats-server (found as the
+// listener of its port); this program (the load generator); and the whole
+// machine from /proc/stat. The broker's RSS is read every half second.
+// RESULTS.md also gives CPU microseconds per message.
+//
+// # Scale mode (-scale, make compare/scale)
+//
+// Points: each partition count (1, 16, 1k, 10k) with nothing preloaded,
+// then each in-window hash count (100k, 1M, 10M) at -partitions partitions.
+// Every point gets two fresh schemas, one for Regina and one for the
+// ceiling: the GIN index on log_txns.hashes spans the whole table, so a
+// point must not carry another point's rows. All points are prepared first:
+// partitions created; for the hash points, the hashes written by SQL
+// (generate_series into queen.log_txns and queen.segments, next_offset
+// advanced; md5-derived 16-byte hashes; created_at rising from 20 minutes
+// ago to now, so offsets and times grow together as in a real log and
+// everything is inside the 1 h window; segments hold the id block only),
+// with the GIN index dropped for the load and rebuilt from its own
+// definition, then VACUUM ANALYZE. Then each round (-scale-rounds) runs every
+// point in turn: a fresh broker (default configuration, cache on) on the
+// point's schema, one message pushed to every partition and answered (so
+// every partition is loaded and its cache hydrated: the "broker start +
+// prime" column), one Regina phase, the broker stopped, one ceiling phase.
+// The curves (medians over rounds) go into RESULTS.md and are drawn into
+// bench/scale-partitions.png and bench/scale-hashes.png (log x axis). The
+// bar is Regina's msgs/s at the largest hash count over the smallest.
+//
+// Compare mode primes its brokers the same way before their first phase.
+//
+// # Caveats
+//
+//   - The machine has 2 cores, shared with PostgreSQL, the broker, the load
+//     generator and whatever else runs (other engineers' tests). Absolute
+//     rates move a lot from run to run; that is why everything is a same-run
+//     ratio, interleaved, median of rounds. The "machine" CPU column shows
+//     how much of the box was taken by work that is not this run.
+//   - Durability is not the same: every Regina and ceiling commit waits for
+//     a WAL flush (synchronous_commit on, as found); nats-server 2.9
+//     acknowledges before syncing its file store (it syncs in the
+//     background). JetStream also gets its best shape here: async publish
+//     with many in flight, while Regina's producers wait for each push.
+//   - The ceiling is the push transaction as the broker issues it, through
+//     the same pgx code, so it includes the full-window GIN probe. Regina's
+//     actor group-commits concurrent pushes to the same partition into one
+//     transaction, which the ceiling does not do, so Regina can exceed the
+//     "ceiling" (it does at 1 partition).
+//   - After each Regina phase the broker's /metrics dedupCache section is
+//     read (before and after, as deltas): watermark hits, full-window probes
+//     by reason, evictions, hydrations, hashes held. RESULTS.md shows it per
+//     phase, so a figure can be tied to what the cache did ("-" when the
+//     broker has no such section).
+//   - Storms replay pushes that were accepted a few seconds to a minute
+//     before; all of them are inside the 1 h window. Replays cycle when a
+//     storm outruns its source phase, so a push may be rejected more than
+//     once.
+//   - The scale preload writes segments without frame bodies and builds the
+//     GIN index in one go (more compact than one grown push by push); the
+//     tables are otherwise what the broker writes. A point's hash count
+//     grows by what its phases push (RESULTS.md gives the count each point
+//     started from), which matters at 100k and not at 10M.
+//   - Priming keeps a cold start out of the steady-state figures; its time
+//     is reported next to them, and it does grow with the log.
+//   - Tables are not reset between rounds: every system's log grows through
+//     the run (JetStream's stream as well).
+package main

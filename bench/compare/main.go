@@ -1,0 +1,608 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/regina-mq/regina/sqlstore"
+)
+
+type config struct {
+	databaseURL  string
+	natsURL      string
+	regina       string
+	build        bool
+	duration     time.Duration
+	warmup       time.Duration
+	rounds       int
+	connections  int
+	partitions   int
+	items        int
+	payload      int
+	natsConns    int
+	natsInflight int
+	out          string
+	jsonOut      string
+	command      string
+	timeout      time.Duration
+	blocks       string
+
+	scale          bool
+	scaleParts     []int
+	scaleHashes    []int
+	scaleRounds    int
+	scaleCeiling   bool
+	plotDir        string
+	preloadDropIdx bool
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		mult := 1
+		switch {
+		case strings.HasSuffix(f, "k"), strings.HasSuffix(f, "K"):
+			mult, f = 1000, f[:len(f)-1]
+		case strings.HasSuffix(f, "M"), strings.HasSuffix(f, "m"):
+			mult, f = 1000000, f[:len(f)-1]
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("bad size %q", f)
+		}
+		out = append(out, v*mult)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("regina-compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL; empty = scripts/ensure-postgres.sh regina_compare finds or starts one")
+	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server with JetStream; empty = the one on 127.0.0.1:4222, else start nats-server -js on a free port")
+	fs.StringVar(&c.regina, "regina", "bin/regina", "broker binary (relative to the repository root)")
+	fs.BoolVar(&c.build, "build", true, "go build the broker into -regina first")
+	fs.DurationVar(&c.duration, "duration", 20*time.Second, "measured time per phase")
+	fs.DurationVar(&c.warmup, "warmup", 3*time.Second, "warmup per phase, excluded from the figures")
+	fs.IntVar(&c.rounds, "rounds", 3, "interleaved rounds of every phase; figures are medians over rounds")
+	fs.IntVar(&c.connections, "connections", 16, "concurrent producers (HTTP connections, pgx connections, NATS connections)")
+	fs.IntVar(&c.partitions, "partitions", 16, "partitions (NATS: subjects); each push goes to one, chosen uniformly")
+	fs.IntVar(&c.items, "items", 10, "messages per push")
+	fs.IntVar(&c.payload, "payload", 200, "payload bytes per message (a JSON object; at least 11)")
+	fs.IntVar(&c.natsConns, "nats-conns", 0, "NATS publisher connections (0 = -connections)")
+	fs.IntVar(&c.natsInflight, "nats-inflight", 256, "async publishes in flight over all NATS connections (split evenly)")
+	fs.StringVar(&c.out, "out", "bench/RESULTS.md", "markdown file to write (its compare or scale section is replaced)")
+	fs.StringVar(&c.jsonOut, "json", "", "also write every phase result as JSON to this path")
+	fs.StringVar(&c.command, "command", "", "how the run was invoked, for the results file (default: this program's arguments)")
+	fs.StringVar(&c.blocks, "blocks", "ABCD", "compare mode: which blocks to run (A Regina cache on + storm + dedup off, B pgx ceiling + storm, C JetStream + storm, D Regina cache off + storm)")
+	fs.DurationVar(&c.timeout, "timeout", 0, "stop measuring after this long (0 = from the plan, with a margin)")
+	fs.BoolVar(&c.scale, "scale", false, "scale mode: throughput and p99 as partitions and in-window hashes grow")
+	sp := fs.String("scale-partitions", "1,16,1000,10000", "scale mode: partition counts")
+	sh := fs.String("scale-hashes", "100k,1M,10M", "scale mode: in-window hash counts preloaded before pushing")
+	fs.IntVar(&c.scaleRounds, "scale-rounds", 1, "scale mode: rounds per point")
+	fs.BoolVar(&c.scaleCeiling, "scale-ceiling", true, "scale mode: also measure the pgx ceiling at every point")
+	fs.StringVar(&c.plotDir, "plot-dir", "bench", "scale mode: directory for scale-partitions.png and scale-hashes.png")
+	fs.BoolVar(&c.preloadDropIdx, "preload-drop-index", true, "scale mode: drop the GIN index while preloading and rebuild it after (same definition)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	var err error
+	if c.scaleParts, err = parseInts(*sp); err != nil {
+		return nil, fmt.Errorf("-scale-partitions: %w", err)
+	}
+	if c.scaleHashes, err = parseInts(*sh); err != nil {
+		return nil, fmt.Errorf("-scale-hashes: %w", err)
+	}
+	switch {
+	case c.duration <= 0:
+		return nil, errors.New("-duration must be > 0")
+	case c.warmup < 0:
+		return nil, errors.New("-warmup must be >= 0")
+	case c.rounds < 1 || c.scaleRounds < 1:
+		return nil, errors.New("-rounds and -scale-rounds must be >= 1")
+	case c.connections < 1 || c.partitions < 1 || c.items < 1:
+		return nil, errors.New("-connections, -partitions and -items must be >= 1")
+	case c.payload < 11:
+		return nil, errors.New("-payload must be >= 11 (the JSON object around the data)")
+	case c.natsInflight < 1 || c.natsConns < 0:
+		return nil, errors.New("-nats-inflight must be >= 1 and -nats-conns >= 0")
+	}
+	if c.natsConns == 0 {
+		c.natsConns = c.connections
+	}
+	if c.command == "" {
+		c.command = "regina-compare " + strings.Join(args, " ")
+	}
+	return c, nil
+}
+
+// harness holds everything a run started, so that cleanup can undo it.
+type harness struct {
+	cfg  *config
+	stop context.Context // cancelled by the first signal (or the timeout): stop measuring
+	hard context.Context // cancelled by the second signal: abandon the cleanup's waiting
+	logf func(format string, args ...any)
+
+	repo   string
+	tmp    string
+	runTag string
+
+	dbURL      string
+	dbname     string
+	admin      *pgxpool.Pool
+	main       *pgSpace   // compare mode's schema (and the ceiling's pool)
+	spaces     []*pgSpace // every schema created and not yet dropped
+	postmaster int
+
+	wl *workload
+
+	natsSrv      *natsProc
+	nc           *nats.Conn
+	stream       string
+	natsSubjects []string
+	natsPending  int
+
+	broker *brokerProc
+
+	info    runInfo
+	results []*PhaseResult
+	scale   *scaleState
+}
+
+// runInfo is what RESULTS.md says about the run's setting.
+type runInfo struct {
+	Started     time.Time `json:"started"`
+	Command     string    `json:"command"`
+	Args        string    `json:"args"`
+	Machine     Machine   `json:"machine"`
+	GoVersion   string    `json:"go_version"`
+	PGVersion   string    `json:"pg_version"`
+	NATSVersion string    `json:"nats_version,omitempty"`
+	NATSWhere   string    `json:"nats_where,omitempty"`
+	Commit      string    `json:"regina_commit"`
+	PGWhere     string    `json:"pg_where"`
+	Interrupted bool      `json:"interrupted,omitempty"`
+	Crashes     []string  `json:"broker_crashes,omitempty"`
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	cfg, err := parseFlags(args, os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "regina-compare:", err)
+		return 2
+	}
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+
+	// First signal: stop measuring, clean up, write what was measured.
+	// Second signal: stop waiting (children are killed, not drained).
+	stopCtx, stopFn := context.WithCancel(context.Background())
+	hardCtx, hardFn := context.WithCancel(context.Background())
+	defer stopFn()
+	defer hardFn()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	var interrupted atomic.Bool
+	go func() {
+		<-sigs
+		interrupted.Store(true)
+		logf("signal: stopping the current phase, then cleaning up (again to cancel at once)")
+		stopFn()
+		<-sigs
+		logf("second signal: cancelling")
+		hardFn()
+	}()
+
+	h := &harness{cfg: cfg, stop: stopCtx, hard: hardCtx, logf: logf}
+	code := 0
+	err = h.setup()
+	if err == nil {
+		if cfg.timeout <= 0 {
+			cfg.timeout = h.plannedTime()
+		}
+		timer := time.AfterFunc(cfg.timeout, func() {
+			logf("timeout %s reached: stopping", cfg.timeout)
+			interrupted.Store(true)
+			stopFn()
+		})
+		if cfg.scale {
+			err = h.runScale()
+		} else {
+			err = h.runCompare()
+		}
+		timer.Stop()
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		logf("error: %v", err)
+		code = 1
+	}
+	h.info.Interrupted = interrupted.Load() || stopCtx.Err() != nil
+	var summary string
+	if len(h.results) > 0 {
+		var werr error
+		if cfg.scale {
+			summary, werr = h.writeScale()
+		} else {
+			summary, werr = h.writeCompare()
+		}
+		if werr != nil {
+			logf("writing results: %v", werr)
+			code = 1
+		} else {
+			logf("wrote %s", h.outPath())
+		}
+	}
+	h.cleanup()
+	if h.info.Interrupted && code == 0 {
+		code = 1
+	}
+	if summary != "" {
+		fmt.Println(summary)
+	}
+	return code
+}
+
+// plannedTime bounds the whole run: every phase's warmup and duration plus
+// generous margins for broker restarts, preloads and drains.
+func (h *harness) plannedTime() time.Duration {
+	c := h.cfg
+	phase := c.warmup + c.duration + 20*time.Second
+	if c.scale {
+		n := (len(c.scaleParts) + len(c.scaleHashes)) * c.scaleRounds * 2
+		return time.Duration(n)*phase + 90*time.Minute
+	}
+	return time.Duration(c.rounds*9)*phase + time.Duration(c.rounds*2)*time.Minute + 10*time.Minute
+}
+
+func newTag() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return strconv.FormatInt(time.Now().Unix()-1700000000, 36) + hex.EncodeToString(b[:])
+}
+
+func (h *harness) setup() error {
+	c := h.cfg
+	ctx := h.stop
+	var err error
+	if h.repo, err = repoRoot(); err != nil {
+		return err
+	}
+	h.runTag = newTag()
+	if h.tmp, err = os.MkdirTemp("", "regina-compare-"); err != nil {
+		return err
+	}
+	h.info = runInfo{Started: time.Now().UTC(), Command: redact(c.command), Args: redact(strings.Join(os.Args, " ")),
+		Machine: machineInfo(), GoVersion: runtime.Version(), Commit: gitCommit(ctx, h.repo)}
+	if gv, err := output(ctx, h.repo, "go", "version"); err == nil {
+		h.info.GoVersion = strings.TrimPrefix(gv, "go version ")
+	}
+	if c.build {
+		h.logf("building %s", c.regina)
+		if _, err := output(ctx, h.repo, "go", "build", "-o", c.regina, "./cmd/regina"); err != nil {
+			return err
+		}
+	}
+	if !filepath.IsAbs(c.regina) {
+		c.regina = filepath.Join(h.repo, c.regina)
+	}
+
+	if h.dbURL, err = ensurePostgres(ctx, h.repo, c.databaseURL, "regina_compare"); err != nil {
+		return err
+	}
+	pcfg, err := pgxpool.ParseConfig(h.dbURL)
+	if err != nil {
+		return fmt.Errorf("database url: %w", err)
+	}
+	h.dbname = pcfg.ConnConfig.Database
+	pcfg.MaxConns = 4
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "regina-compare"
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if h.admin, err = pgxpool.NewWithConfig(cctx, pcfg); err != nil {
+		return err
+	}
+	var backend int
+	if err := h.admin.QueryRow(cctx, "SELECT current_setting('server_version'), pg_backend_pid()").Scan(&h.info.PGVersion, &backend); err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	h.info.PGWhere = fmt.Sprintf("%s:%d/%s", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, h.dbname)
+	if st, err := readStat(backend); err == nil {
+		if comm, err := os.ReadFile("/proc/" + strconv.Itoa(st.ppid) + "/comm"); err == nil && strings.HasPrefix(string(comm), "postgres") {
+			h.postmaster = st.ppid
+		}
+	}
+	if h.postmaster == 0 {
+		h.logf("PostgreSQL is not a local process we can see: its CPU is not reported")
+	}
+	h.logf("PostgreSQL %s at %s", h.info.PGVersion, h.info.PGWhere)
+	if !c.scale {
+		if h.main, err = h.openSpace("", c.connections); err != nil {
+			return err
+		}
+	}
+	h.wl = newWorkload(c.partitions, c.items, c.payload, 42)
+
+	if !c.scale {
+		if err := h.setupNATS(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *harness) setupNATS(ctx context.Context) error {
+	c := h.cfg
+	h.natsSrv = findNATS(c.natsURL)
+	connect := func() error {
+		nc, err := nats.Connect(h.natsSrv.url, nats.Name("regina-compare-admin"), nats.Timeout(5*time.Second))
+		if err != nil {
+			return err
+		}
+		js, err := nc.JetStream()
+		if err == nil {
+			_, err = js.AccountInfo()
+		}
+		if err != nil {
+			nc.Close()
+			return fmt.Errorf("JetStream not available at %s: %w", h.natsSrv.url, err)
+		}
+		h.nc = nc
+		return nil
+	}
+	var err error
+	if h.natsSrv != nil {
+		h.natsSrv.binary, _ = findNATSBinaryQuiet()
+		if err = connect(); err != nil && c.natsURL != "" {
+			return err
+		}
+		if err != nil {
+			h.logf("%v; starting our own nats-server", err)
+			h.natsSrv = nil
+		}
+	}
+	if h.natsSrv == nil {
+		bin, err := findNATSBinary(ctx, h.logf)
+		if err != nil {
+			return err
+		}
+		if h.natsSrv, err = startNATS(ctx, bin, h.tmp); err != nil {
+			return err
+		}
+		if err := connect(); err != nil {
+			return err
+		}
+		h.info.NATSWhere = "started for this run: " + bin + " -js -a 127.0.0.1 -p " + strings.TrimPrefix(h.natsSrv.url, "nats://127.0.0.1:") + " -sd <tmp>"
+	} else {
+		h.info.NATSWhere = "already running at " + h.natsSrv.url
+		if h.natsSrv.pid > 0 {
+			if cmd, err := os.ReadFile("/proc/" + strconv.Itoa(h.natsSrv.pid) + "/cmdline"); err == nil {
+				h.info.NATSWhere += " (" + strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")) + ")"
+			}
+		}
+	}
+	h.info.NATSVersion = "nats-server " + h.nc.ConnectedServerVersion()
+	if h.natsSrv.binary != "" {
+		if v, err := output(ctx, h.repo, h.natsSrv.binary, "--version"); err == nil {
+			h.info.NATSVersion += " (`" + filepath.Base(h.natsSrv.binary) + " --version`: " + v + ")"
+		}
+	}
+	js, err := h.nc.JetStream()
+	if err != nil {
+		return err
+	}
+	h.stream = "REGINA_CMP_" + strings.ToUpper(h.runTag)
+	root := "regina-cmp." + h.runTag
+	if _, err := js.AddStream(&nats.StreamConfig{Name: h.stream, Subjects: []string{root + ".>"},
+		Storage: nats.FileStorage, Duplicates: time.Hour, Replicas: 1}); err != nil {
+		h.stream = ""
+		return fmt.Errorf("create stream: %w", err)
+	}
+	for p := range c.partitions {
+		h.natsSubjects = append(h.natsSubjects, root+".p"+strconv.Itoa(p))
+	}
+	h.natsPending = max(c.natsInflight/c.natsConns, 1)
+	h.logf("NATS %s at %s, stream %s (file storage, 1 h duplicate window), %d connections x %d in flight",
+		h.nc.ConnectedServerVersion(), h.natsSrv.url, h.stream, c.natsConns, h.natsPending)
+	return nil
+}
+
+func findNATSBinaryQuiet() (string, error) {
+	return findNATSBinary(context.Background(), func(string, ...any) {})
+}
+
+// cleanup stops what the run started and drops what it created. After a
+// second signal it kills instead of waiting.
+func (h *harness) cleanup() {
+	hard := h.hard.Err() != nil
+	if h.broker != nil {
+		h.logf("stopping broker %s", h.broker.label)
+		h.broker.stop(hard)
+		h.broker = nil
+	}
+	if h.nc != nil {
+		if h.stream != "" {
+			if js, err := h.nc.JetStream(); err == nil {
+				if err := js.DeleteStream(h.stream); err != nil {
+					h.logf("delete stream %s: %v", h.stream, err)
+				} else {
+					h.logf("deleted stream %s", h.stream)
+				}
+			}
+		}
+		h.nc.Close()
+	}
+	if h.natsSrv != nil && h.natsSrv.started {
+		h.logf("stopping the nats-server we started")
+		h.natsSrv.stop(hard)
+	}
+	for len(h.spaces) > 0 {
+		h.dropSpace(h.spaces[len(h.spaces)-1])
+	}
+	if h.admin != nil {
+		h.admin.Close()
+	}
+	if h.tmp != "" {
+		os.RemoveAll(h.tmp)
+	}
+}
+
+// startBroker starts a broker on the run's schema, remembered for cleanup.
+func (h *harness) startBroker(sp *pgSpace, cacheOn bool, label string) (*brokerProc, error) {
+	b, err := startBroker(h.stop, h.cfg.regina, h.dbURL, sp.schema, cacheOn, h.tmp, label)
+	if err != nil {
+		return nil, err
+	}
+	h.broker = b
+	return b, nil
+}
+
+func (h *harness) stopBroker() {
+	b := h.broker
+	if b == nil {
+		return
+	}
+	h.broker = nil
+	select {
+	case <-b.done:
+		// It exited before we asked: a crash. Keep what its log says.
+		tail := tailFile(b.logPath, 4000)
+		h.logf("broker %s (pid %d) had exited by itself (%v); end of its log:\n%s", b.label, b.pid, b.waitErr, tail)
+		first := tail
+		if i := strings.Index(tail, "panic:"); i >= 0 {
+			first = tail[i:]
+		}
+		if j := strings.IndexByte(first, '\n'); j >= 0 {
+			first = first[:j]
+		}
+		h.info.Crashes = append(h.info.Crashes, fmt.Sprintf("%s (%v): %s", b.label, b.waitErr, tailString(first, 300)))
+	default:
+		b.stop(h.hard.Err() != nil)
+	}
+}
+
+func (h *harness) procs(broker *brokerProc, withNATS bool) procGroups {
+	g := procGroups{postmaster: h.postmaster, dbname: h.dbname}
+	if broker != nil {
+		g.broker = broker.pid
+	}
+	if withNATS && h.natsSrv != nil {
+		g.nats = h.natsSrv.pid
+	}
+	return g
+}
+
+// outPath is the results file: -out, relative to the repository root.
+func (h *harness) outPath() string {
+	if filepath.IsAbs(h.cfg.out) {
+		return h.cfg.out
+	}
+	return filepath.Join(h.repo, h.cfg.out)
+}
+
+// pgSpace is one schema of the run, migrated by sqlstore (the broker's own
+// code), with a pool for the ceiling.
+type pgSpace struct {
+	schema string
+	store  *sqlstore.Store
+}
+
+// openSpace creates and migrates schema regina_cmp_<tag><suffix>.
+func (h *harness) openSpace(suffix string, conns int) (*pgSpace, error) {
+	sp := &pgSpace{schema: "regina_cmp_" + h.runTag + suffix}
+	h.spaces = append(h.spaces, sp) // dropped at cleanup even if Open fails half way
+	st, err := h.openStore(sp.schema, conns)
+	if err != nil {
+		return nil, err
+	}
+	sp.store = st
+	h.logf("schema %s", sp.schema)
+	return sp, nil
+}
+
+// dropSpace closes the schema's pool and drops it. After a second signal it
+// still tries, briefly: a DROP SCHEMA is quick.
+func (h *harness) dropSpace(sp *pgSpace) {
+	h.spaces = slices.DeleteFunc(h.spaces, func(x *pgSpace) bool { return x == sp })
+	sp.closeStore()
+	if h.admin == nil {
+		return
+	}
+	limit := 2 * time.Minute
+	if h.hard.Err() != nil {
+		limit = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	if _, err := h.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{sp.schema}.Sanitize()+" CASCADE"); err != nil {
+		h.logf("drop schema %s: %v (drop it by hand)", sp.schema, err)
+	} else {
+		h.logf("dropped schema %s", sp.schema)
+	}
+}
+
+var (
+	passwordRE   = regexp.MustCompile(`(://[^:/@\s]*):[^@\s]*@`)
+	passwordKVRE = regexp.MustCompile(`(password=)[^\s&]+`)
+)
+
+// redact hides passwords ("postgres://u:secret@h" -> "postgres://u:***@h",
+// "password=secret" -> "password=***").
+func redact(s string) string {
+	return passwordKVRE.ReplaceAllString(passwordRE.ReplaceAllString(s, "$1:***@"), "$1***")
+}
+
+// openStore opens (and migrates) a store on schema with a pool of conns.
+func (h *harness) openStore(schema string, conns int) (*sqlstore.Store, error) {
+	ctx, cancel := context.WithTimeout(h.stop, time.Minute)
+	defer cancel()
+	return sqlstore.Open(ctx, sqlstore.Config{URL: h.dbURL, Schema: schema, MaxConns: int32(conns), Logger: zerolog.Nop()})
+}
+
+// closeStore closes the schema's pool (the schema stays).
+func (sp *pgSpace) closeStore() {
+	if sp.store != nil {
+		sp.store.Close()
+		sp.store = nil
+	}
+}

@@ -1,0 +1,523 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"image/color"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/regina-mq/regina/sqlstore"
+)
+
+const (
+	phScaleRegina  = "regina"
+	phScaleCeiling = "ceiling"
+)
+
+func partsPoint(n int) string  { return "partitions=" + strconv.Itoa(n) }
+func hashesPoint(n int) string { return "hashes=" + strconv.Itoa(n) }
+
+// shortCount writes 1000 as 1k, 10000000 as 10M.
+func shortCount(n int) string {
+	switch {
+	case n >= 1000000 && n%1000000 == 0:
+		return strconv.Itoa(n/1000000) + "M"
+	case n >= 1000000:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 2, 64) + "M"
+	case n >= 1000 && n%1000 == 0:
+		return strconv.Itoa(n/1000) + "k"
+	case n >= 1000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.Itoa(n)
+}
+
+// scaleState records what the hash points really started from.
+type scaleState struct {
+	hashesAtStart map[string]int64 // point -> in-window hashes of the Regina queue when its phase started
+	ceilAtStart   map[string]int64
+	preloadTime   map[string]time.Duration
+	startup       map[string][]time.Duration // broker start to every partition answered, per round
+}
+
+// scalePt is one point of a scale curve, with its schemas: one for Regina,
+// one for the ceiling (each point has its own, because the GIN index on
+// log_txns.hashes spans the whole table, so a point must not see the rows
+// of the others).
+type scalePt struct {
+	name       string
+	k          int
+	partitions int
+	preload    int
+	reg, ceil  *pgSpace
+	ceilRefs   []sqlstore.PartitionRef
+}
+
+const scaleQueue = "scale"
+
+// runScale measures throughput and p99 as the partition count grows, then
+// as the in-window hash count grows. Every point's schemas are prepared
+// first (partitions created, hashes preloaded); then the rounds run every
+// point in turn, so that the noise of the machine spreads over all points.
+func (h *harness) runScale() error {
+	c := h.cfg
+	h.scale = &scaleState{hashesAtStart: map[string]int64{}, ceilAtStart: map[string]int64{}, preloadTime: map[string]time.Duration{}, startup: map[string][]time.Duration{}}
+	base := h.wl
+	defer func() { h.wl = base }()
+	parts := slices.Clone(c.scaleParts)
+	slices.Sort(parts)
+	hashes := slices.Clone(c.scaleHashes)
+	slices.Sort(hashes)
+	var pts []*scalePt
+	for _, n := range parts {
+		pts = append(pts, &scalePt{name: partsPoint(n), k: len(pts) + 1, partitions: n})
+	}
+	for _, n := range hashes {
+		pts = append(pts, &scalePt{name: hashesPoint(n), k: len(pts) + 1, partitions: c.partitions, preload: n})
+	}
+	for _, p := range pts {
+		if h.stop.Err() != nil {
+			return nil
+		}
+		if err := h.prepareScalePoint(p); err != nil {
+			return err
+		}
+	}
+	for r := range c.scaleRounds {
+		for _, p := range pts {
+			if h.stop.Err() != nil {
+				return nil
+			}
+			h.wl = newWorkload(p.partitions, c.items, c.payload, 42)
+			tag := h.runTag + "." + strconv.Itoa(p.k) + "." + strconv.Itoa(r)
+			if have, err := h.inWindowHashes(h.stop, p.reg, scaleQueue); err == nil {
+				h.scale.hashesAtStart[p.name+"/"+strconv.Itoa(r)] = have
+			}
+			t := time.Now()
+			b, err := h.startBroker(p.reg, true, "regina-scale-"+strconv.Itoa(p.k))
+			if err != nil {
+				return err
+			}
+			if _, err := h.prime(b.url, scaleQueue, tag, p.partitions); err != nil {
+				if h.stop.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			h.scale.startup[p.name] = append(h.scale.startup[p.name], time.Since(t))
+			h.logf("  broker started and every partition primed in %s", time.Since(t).Round(time.Millisecond))
+			h.drive(phaseSpec{name: phScaleRegina, round: r, point: p.name, workers: c.connections, procs: h.procs(b, false), brokerURL: b.url},
+				h.reginaWork(b.url, scaleQueue, tag, nil))
+			h.stopBroker()
+			if p.ceil == nil || h.stop.Err() != nil {
+				continue
+			}
+			if have, err := h.inWindowHashes(h.stop, p.ceil, scaleQueue); err == nil {
+				h.scale.ceilAtStart[p.name+"/"+strconv.Itoa(r)] = have
+			}
+			// The ceiling's pool is opened for its phase only: seven idle
+			// pools of -connections would exhaust max_connections.
+			st, err := h.openStore(p.ceil.schema, c.connections)
+			if err != nil {
+				return err
+			}
+			h.drive(phaseSpec{name: phScaleCeiling, round: r, point: p.name, workers: c.connections, procs: h.procs(nil, false)},
+				h.ceilingWork(st, p.ceilRefs, tag+"c", nil))
+			st.Close()
+		}
+	}
+	return nil
+}
+
+// prepareScalePoint creates the point's schemas, its partitions and its
+// preloaded hashes.
+func (h *harness) prepareScalePoint(p *scalePt) error {
+	c := h.cfg
+	t := time.Now()
+	h.logf("preparing point %s", p.name)
+	prepare := func(sp *pgSpace) ([]sqlstore.PartitionRef, error) {
+		refs, err := h.ensurePartitions(h.stop, sp, scaleQueue, p.partitions)
+		if err != nil {
+			return nil, err
+		}
+		if p.preload > 0 {
+			h.logf("  preloading %s hashes into %d partitions of %s", shortCount(p.preload), p.partitions, sp.schema)
+			if err := h.preload(h.stop, sp, scaleQueue, p.preload); err != nil {
+				return nil, err
+			}
+		}
+		return refs, nil
+	}
+	var err error
+	if p.reg, err = h.openSpace("_"+strconv.Itoa(p.k)+"r", 2); err != nil {
+		return err
+	}
+	if _, err := prepare(p.reg); err != nil {
+		return err
+	}
+	p.reg.closeStore()
+	if c.scaleCeiling {
+		if p.ceil, err = h.openSpace("_"+strconv.Itoa(p.k)+"c", 2); err != nil {
+			return err
+		}
+		if p.ceilRefs, err = prepare(p.ceil); err != nil {
+			return err
+		}
+		p.ceil.closeStore()
+	}
+	h.scale.preloadTime[p.name] = time.Since(t)
+	return nil
+}
+
+// queuePartitions returns the ids of queue's partitions.
+func (h *harness) queuePartitions(ctx context.Context, sp *pgSpace, queue string) ([][16]byte, error) {
+	s := quoteIdent(sp.schema)
+	rows, err := h.admin.Query(ctx, "SELECT p.id FROM "+s+".partitions p JOIN "+s+".queues q ON q.id = p.queue_id WHERE q.name = $1 ORDER BY p.name", queue)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+}
+
+// inWindowHashes counts the hashes of queue's partitions younger than the
+// 1 h window.
+func (h *harness) inWindowHashes(ctx context.Context, sp *pgSpace, queue string) (int64, error) {
+	ids, err := h.queuePartitions(ctx, sp, queue)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	var n int64
+	err = h.admin.QueryRow(ctx, "SELECT coalesce(sum(cardinality(hashes)), 0) FROM "+quoteIdent(sp.schema)+
+		".log_txns WHERE partition_id = ANY($1) AND created_at > now() - interval '1 hour'", ids).Scan(&n)
+	return n, err
+}
+
+// preload adds about need hashes to queue's partitions, evenly, straight
+// into queen.log_txns and queen.segments, advancing next_offset: rows of
+// h.cfg.items random 16-byte hashes (md5 of a run-unique string), with
+// created_at rising from the partition's newest row (or 20 minutes ago) to
+// now, so offsets and times grow together as they do in a real log and
+// everything stays inside the 1 h window. Segments hold a 16-byte id per
+// frame and no frame bodies (the push path reads a segment only when a
+// probe hits). With -preload-drop-index the GIN index is dropped for the
+// load and rebuilt from its own definition.
+func (h *harness) preload(ctx context.Context, sp *pgSpace, queue string, need int) error {
+	s := quoteIdent(sp.schema)
+	items := h.cfg.items
+	ids, err := h.queuePartitions(ctx, sp, queue)
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("queue %s has no partitions", queue)
+	}
+	conn, err := h.admin.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	var qid [16]byte
+	if err := conn.QueryRow(ctx, "SELECT id FROM "+s+".queues WHERE name = $1", queue).Scan(&qid); err != nil {
+		return err
+	}
+	perPart := (need + len(ids)*items - 1) / (len(ids) * items)
+	var indexDefs []string
+	if h.cfg.preloadDropIdx && perPart*len(ids) >= 20000 {
+		rows, err := conn.Query(ctx, "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'log_txns' AND indexdef ILIKE '%USING gin%'", sp.schema)
+		if err != nil {
+			return err
+		}
+		type idx struct{ name, def string }
+		list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (idx, error) {
+			var i idx
+			return i, r.Scan(&i.name, &i.def)
+		})
+		if err != nil {
+			return err
+		}
+		for _, i := range list {
+			if _, err := conn.Exec(ctx, "DROP INDEX "+s+"."+quoteIdent(i.name)); err != nil {
+				return err
+			}
+			indexDefs = append(indexDefs, i.def)
+		}
+	}
+	// On an error the indexes are not rebuilt: the run stops and the
+	// point's schema is dropped.
+	chunk := max(1, 100000/len(ids)) // rows per partition per transaction
+	tag := sp.schema + "." + queue + "."
+	t := time.Now()
+	for done := 0; done < perPart; done += chunk {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		k := min(chunk, perPart-done)
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		stmts := []struct {
+			sql  string
+			args []any
+		}{
+			{`CREATE TEMP TABLE preload ON COMMIT DROP AS
+			 SELECT p.id AS pid, p.next_offset + g::bigint * $2::int AS off,
+			        t.t0 + (now() - t.t0) * ((g + 1)::float8 / $3::int) AS at
+			   FROM ` + s + `.partitions p
+			  CROSS JOIN LATERAL (SELECT coalesce((SELECT l.created_at FROM ` + s + `.log_txns l
+			                                        WHERE l.partition_id = p.id ORDER BY l.first_offset DESC LIMIT 1),
+			                                      now() - interval '20 minutes') AS t0) t
+			  CROSS JOIN generate_series(0, $3::int - 1) g
+			  WHERE p.queue_id = $1`, []any{qid, items, k}},
+			{`INSERT INTO ` + s + `.log_txns (partition_id, first_offset, created_at, hashes)
+			 SELECT pid, off, at, ARRAY(SELECT decode(md5($2::text || pid::text || '.' || off::text || '.' || j::text), 'hex')
+			                              FROM generate_series(1, $1::int) j)
+			   FROM preload`, []any{items, tag}},
+			{`INSERT INTO ` + s + `.segments (partition_id, first_offset, frame_count, created_at, frames)
+			 SELECT pid, off, $1::int, at, decode(repeat(md5($2::text || pid::text || off::text), $1::int), 'hex')
+			   FROM preload`, []any{items, tag}},
+			{`UPDATE ` + s + `.partitions SET next_offset = next_offset + $2::bigint * $3::int
+			  WHERE queue_id = $1`, []any{qid, k, items}},
+		}
+		for _, st := range stmts {
+			if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
+				_ = tx.Rollback(ctx)
+				return fmt.Errorf("preload %s: %w", queue, err)
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+	}
+	h.logf("  inserted %s hashes in %s", shortCount(perPart*len(ids)*items), time.Since(t).Round(time.Millisecond))
+	// Rebuild the index, then let the planner and the visibility map see
+	// the new rows.
+	return h.vacuumAfter(ctx, sp, conn.Conn(), &indexDefs)
+}
+
+// vacuumAfter rebuilds dropped indexes and runs VACUUM ANALYZE on the tables
+// the preload wrote.
+func (h *harness) vacuumAfter(ctx context.Context, sp *pgSpace, conn *pgx.Conn, indexDefs *[]string) error {
+	s := quoteIdent(sp.schema)
+	if len(*indexDefs) > 0 {
+		if _, err := conn.Exec(ctx, "SET maintenance_work_mem = '256MB'"); err != nil {
+			return err
+		}
+		for _, def := range *indexDefs {
+			t := time.Now()
+			if _, err := conn.Exec(ctx, def); err != nil {
+				return fmt.Errorf("rebuild index: %w (%s)", err, def)
+			}
+			h.logf("  rebuilt GIN index in %s", time.Since(t).Round(time.Millisecond))
+		}
+		*indexDefs = nil
+		if _, err := conn.Exec(ctx, "RESET maintenance_work_mem"); err != nil {
+			return err
+		}
+	}
+	t := time.Now()
+	for _, tbl := range []string{"log_txns", "segments", "partitions"} {
+		if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) "+s+"."+tbl); err != nil {
+			return err
+		}
+	}
+	h.logf("  vacuum analyze in %s", time.Since(t).Round(time.Millisecond))
+	return nil
+}
+
+// ---------------------------------------------------------------- scale report
+
+type scaleRow struct {
+	label        string
+	x            float64
+	regina, ceil phaseSummary
+	startR       int64
+	startup      time.Duration // median broker start + priming
+}
+
+func (h *harness) scaleRows(points []int, point func(int) string, label func(int) string, byHashes bool) []scaleRow {
+	var rows []scaleRow
+	for _, n := range points {
+		pt := point(n)
+		r := scaleRow{label: label(n), x: float64(n),
+			regina: summarize(h.byName(phScaleRegina, pt)), ceil: summarize(h.byName(phScaleCeiling, pt))}
+		if r.regina.n == 0 && r.ceil.n == 0 {
+			continue
+		}
+		if h.scale != nil {
+			var su []float64
+			for _, d := range h.scale.startup[pt] {
+				su = append(su, float64(d))
+			}
+			r.startup = time.Duration(median(su))
+			var v []float64
+			for k, c := range h.scale.hashesAtStart {
+				if strings.HasPrefix(k, pt+"/") {
+					v = append(v, float64(c))
+				}
+			}
+			if len(v) > 0 && byHashes {
+				r.startR = int64(median(v))
+				r.x = median(v)
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func (h *harness) writeScale() (string, error) {
+	c := h.cfg
+	parts := slices.Clone(c.scaleParts)
+	slices.Sort(parts)
+	hashes := slices.Clone(c.scaleHashes)
+	slices.Sort(hashes)
+	pRows := h.scaleRows(parts, partsPoint, func(n int) string { return shortCount(n) }, false)
+	hRows := h.scaleRows(hashes, hashesPoint, func(n int) string { return shortCount(n) }, true)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "## `make compare/scale`: cost as partitions and the in-window log grow\n\n")
+	h.settingText(&b)
+	fmt.Fprintf(&b, "- Sizes: partitions %s; in-window hashes %s; %d round(s) per point; Regina with the default configuration (cache on); ceiling = `queen.push_segment` through pgx on a queue of its own\n",
+		joinInts(parts), joinInts(hashes), c.scaleRounds)
+
+	row := func(r scaleRow, extra string) string {
+		ratio := "-"
+		if r.ceil.n > 0 && r.ceil.rate > 0 {
+			ratio = fmtRatio(r.regina.rate / r.ceil.rate)
+		}
+		return fmt.Sprintf("| %s%s | **%s** | %s–%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d |\n", r.label, extra,
+			fmtRate(r.regina.rate), fmtRate(r.regina.lo), fmtRate(r.regina.hi), fmtMs(r.regina.p50), fmtMs(r.regina.p99),
+			fmtRate(r.ceil.rate), fmtMs(r.ceil.p99), ratio,
+			fmtCores(r.regina.broker), fmtCores(r.regina.pgOurs), fmtCores(r.regina.machine), fmtOptUs(r.regina.rss),
+			r.startup.Round(10*time.Millisecond), r.regina.anomalies+r.ceil.anomalies, r.regina.errors+r.ceil.errors)
+	}
+	head := "| %s | Regina msgs/s | min–max | Regina p50 ms | Regina p99 ms | ceiling msgs/s | ceiling p99 ms | Regina/ceiling | broker cores | PG ours cores | machine cores | broker RSS MiB | broker start + prime | wrong/errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+	b.WriteString("\nEvery point has fresh schemas of its own (one for Regina, one for the ceiling: the GIN index spans the whole\n" +
+		"`log_txns` table, so a point must not carry the rows of another). All points are prepared first; then each round\n" +
+		"runs every point in turn, and figures are medians over rounds. Before each Regina phase a fresh broker starts and\n" +
+		"one message is pushed to every partition (so every partition is loaded, its cache hydrated) before the warmup;\n" +
+		"that time is the \"broker start + prime\" column.\n")
+
+	b.WriteString("\n### As partitions grow\n\n")
+	b.WriteString("![throughput and p99 by partitions](scale-partitions.png)\n\n")
+	fmt.Fprintf(&b, head, "partitions")
+	for _, r := range pRows {
+		b.WriteString(row(r, ""))
+	}
+
+	b.WriteString("\n### As the in-window hash count grows\n\n")
+	b.WriteString("Hashes were preloaded with SQL (`generate_series` into `log_txns`/`segments`, `next_offset` advanced, GIN\n" +
+		"index rebuilt, VACUUM ANALYZE) into the pushed partitions, then pushed to. In parentheses: what the Regina schema\n" +
+		"held in its 1 h window when its phases started (median over rounds); every phase adds its own pushes.\n\n")
+	b.WriteString("![throughput and p99 by in-window hashes](scale-hashes.png)\n\n")
+	fmt.Fprintf(&b, head, "target hashes (at start)")
+	for _, r := range hRows {
+		extra := ""
+		if r.startR > 0 {
+			extra = " (" + shortCount(int(r.startR)) + ")"
+		}
+		b.WriteString(row(r, extra))
+	}
+	var pre []string
+	for _, n := range hashes {
+		if d, ok := h.scale.preloadTime[hashesPoint(n)]; ok {
+			pre = append(pre, shortCount(n)+": "+d.Round(time.Second).String())
+		}
+	}
+	if len(pre) > 0 {
+		fmt.Fprintf(&b, "\nPreparation time per point (both schemas: partitions, preload, index rebuild, VACUUM ANALYZE): %s.\n", strings.Join(pre, ", "))
+	}
+
+	summary := "compare/scale:"
+	for _, r := range pRows {
+		summary += fmt.Sprintf(" p%s=%s", r.label, fmtRate(r.regina.rate))
+	}
+	b.WriteString("\n### The bar\n\n")
+	if len(hRows) >= 2 && hRows[0].regina.rate > 0 {
+		lo, hi := hRows[0], hRows[len(hRows)-1]
+		v := hi.regina.rate / lo.regina.rate
+		rt := ratio{bar: 0.9, med: v, ok: true}
+		fmt.Fprintf(&b, "| ratio | value | bar | verdict |\n|---|---|---|---|\n| Regina msgs/s at %s hashes / at %s | **%s** | ≥ 0.9 | %s |\n",
+			hi.label, lo.label, fmtRatio(v), rt.verdict())
+		if hi.ceil.n > 0 && lo.ceil.rate > 0 {
+			fmt.Fprintf(&b, "| ceiling msgs/s at %s / at %s (context) | %s | | |\n", hi.label, lo.label, fmtRatio(hi.ceil.rate/lo.ceil.rate))
+		}
+		if lo.regina.p99 > 0 {
+			fmt.Fprintf(&b, "| Regina p99 at %s / at %s (context) | %s | | |\n", hi.label, lo.label, fmtRatio(hi.regina.p99/lo.regina.p99))
+		}
+		summary += fmt.Sprintf(" hashes_%s/%s=%s", hi.label, lo.label, fmtRatio(v))
+	} else {
+		b.WriteString("Not measured (needs at least two hash sizes).\n")
+	}
+
+	b.WriteString("\n### Every phase\n\nPhases where more than 1% of the ops failed are marked and left out of every median and ratio. The cache column is the broker's `/metrics` dedupCache over the phase: watermark hits / full-window probes /\nevictions / hydrations finished of started, then the hashes it held at the end.\n\n")
+	b.WriteString("| round | point | system | msgs/s | p50 ms | p99 ms | broker | PG ours | PG all | load gen | machine | broker RSS MiB | cache | wrong | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range h.results {
+		fmt.Fprintf(&b, "| %d | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %d |\n", r.Round+1, r.Point, r.Name,
+			invalidNote(r), fmtRate(r.MsgsPerSec), fmtMs(r.P50), fmtMs(r.P99),
+			fmtCores(r.CPU.Broker), fmtCores(r.CPU.PGOurs), fmtCores(r.CPU.PGAll), fmtCores(r.CPU.LoadGen), fmtCores(r.CPU.Machine),
+			fmtOptUs(r.RSSMaxMiB), r.Cache.short(), r.Anomalies, r.Errors)
+	}
+
+	// Plots.
+	plotDir := c.plotDir
+	if !filepath.IsAbs(plotDir) {
+		plotDir = filepath.Join(h.repo, plotDir)
+	}
+	for _, p := range []struct {
+		file, title, xlabel string
+		rows                []scaleRow
+	}{
+		{"scale-partitions.png", "Regina push throughput and p99 as partitions grow", "partitions (log scale)", pRows},
+		{"scale-hashes.png", "Regina push throughput and p99 as in-window hashes grow", "in-window hashes at phase start (log scale)", hRows},
+	} {
+		if len(p.rows) == 0 {
+			continue
+		}
+		var xs []float64
+		var xl []string
+		reg := curve{name: "Regina", col: color.RGBA{30, 110, 190, 255}}
+		ceil := curve{name: "pgx ceiling", col: color.RGBA{210, 50, 40, 255}}
+		regP := reg
+		ceilP := ceil
+		for _, r := range p.rows {
+			xs = append(xs, r.x)
+			xl = append(xl, shortCount(int(r.x)))
+			reg.add(r.x, r.regina.rate, r.regina.n > 0)
+			ceil.add(r.x, r.ceil.rate, r.ceil.n > 0)
+			regP.add(r.x, r.regina.p99, r.regina.n > 0)
+			ceilP.add(r.x, r.ceil.p99, r.ceil.n > 0)
+		}
+		sub := fmt.Sprintf("%d connections, %d msgs/push, %d-byte payloads, %s per point; %s", c.connections, c.items, h.wl.payload, c.duration, h.info.Started.Format("2006-01-02"))
+		if err := drawScale(filepath.Join(plotDir, p.file), p.title, sub, p.xlabel, xs, xl,
+			[]curve{reg, ceil}, []curve{regP, ceilP}); err != nil {
+			return "", err
+		}
+		h.logf("wrote %s", filepath.Join(plotDir, p.file))
+	}
+
+	if err := replaceSection(h.outPath(), "scale", b.String()); err != nil {
+		return "", err
+	}
+	if err := h.writeJSON(); err != nil {
+		return "", err
+	}
+	return summary, nil
+}
+
+func joinInts(v []int) string {
+	var s []string
+	for _, n := range v {
+		s = append(s, shortCount(n))
+	}
+	return strings.Join(s, ", ")
+}
