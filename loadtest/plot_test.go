@@ -6,6 +6,8 @@ import (
 	"image/png"
 	"testing"
 
+	"github.com/regina-mq/regina/internal/chart"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,9 +51,9 @@ func hasColor(img image.Image, c interface{ RGBA() (r, g, b, a uint32) }) bool {
 
 func TestNiceStepAndTickLabels(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, 5000.0, niceStep(25000, 5))
-	require.Equal(t, 1.0, niceStep(10, 10))
-	require.InDelta(t, 0.02, niceStep(0.1, 5), 1e-12)
+	require.Equal(t, 5000.0, chart.NiceStep(25000, 5))
+	require.Equal(t, 1.0, chart.NiceStep(10, 10))
+	require.InDelta(t, 0.02, chart.NiceStep(0.1, 5), 1e-12)
 	require.Equal(t, "25k", tickLabel(25000, 5000, true))
 	require.Equal(t, "5k", tickLabel(5000, 5000, true))
 	require.Equal(t, "12.5k", tickLabel(12500, 2500, true))

@@ -3,19 +3,15 @@ package main
 import (
 	"image"
 	"image/color"
-	"image/draw"
 	"image/png"
 	"math"
 	"os"
 	"strconv"
 
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
+	"github.com/regina-mq/regina/internal/chart"
 )
 
-// The drawing follows loadtest/plot.go (copied, not imported: that is a
-// main package): an RGBA canvas, Bresenham lines, basicfont labels.
+// Drawing primitives come from internal/chart, shared with loadtest.
 
 var (
 	colBG    = color.RGBA{255, 255, 255, 255}
@@ -25,88 +21,8 @@ var (
 	colMuted = color.RGBA{110, 110, 110, 255}
 )
 
-type canvas struct {
-	img  *image.RGBA
-	face font.Face
-}
-
-func (c *canvas) fill(r image.Rectangle, col color.Color) {
-	draw.Draw(c.img, r.Intersect(c.img.Bounds()), image.NewUniform(col), image.Point{}, draw.Src)
-}
-
-func (c *canvas) hline(x0, x1, y int, col color.Color) { c.fill(image.Rect(x0, y, x1+1, y+1), col) }
-func (c *canvas) vline(x, y0, y1 int, col color.Color) { c.fill(image.Rect(x, y0, x+1, y1+1), col) }
-
-func (c *canvas) line(x0, y0, x1, y1, width int, col color.RGBA) {
-	dx, dy := iabs(x1-x0), -iabs(y1-y0)
-	sx, sy := isign(x1-x0), isign(y1-y0)
-	e := dx + dy
-	for {
-		c.dot(x0, y0, width, col)
-		if x0 == x1 && y0 == y1 {
-			return
-		}
-		e2 := 2 * e
-		if e2 >= dy {
-			e += dy
-			x0 += sx
-		}
-		if e2 <= dx {
-			e += dx
-			y0 += sy
-		}
-	}
-}
-
-func (c *canvas) dot(x, y, width int, col color.RGBA) {
-	lo := -(width - 1) / 2
-	for i := lo; i < lo+width; i++ {
-		for j := lo; j < lo+width; j++ {
-			if image.Pt(x+i, y+j).In(c.img.Bounds()) {
-				c.img.SetRGBA(x+i, y+j, col)
-			}
-		}
-	}
-}
-
-func (c *canvas) text(x, y int, s string, col color.Color) {
-	d := font.Drawer{Dst: c.img, Src: image.NewUniform(col), Face: c.face, Dot: fixed.P(x, y)}
-	d.DrawString(s)
-}
-
-func (c *canvas) textWidth(s string) int { return font.MeasureString(c.face, s).Ceil() }
-
-func iabs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-func isign(v int) int {
-	switch {
-	case v > 0:
-		return 1
-	case v < 0:
-		return -1
-	}
-	return 0
-}
-
-// niceStep returns a 1/2/2.5/5 x 10^k step giving about n ticks over span.
-func niceStep(span float64, n int) float64 {
-	if span <= 0 || n < 1 {
-		return 1
-	}
-	raw := span / float64(n)
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if m*mag >= raw {
-			return m * mag
-		}
-	}
-	return 10 * mag
-}
+// canvas adds the scale plots' panels to the shared drawing primitives.
+type canvas struct{ *chart.Canvas }
 
 func yTick(v, step float64) string {
 	if v == 0 {
@@ -157,7 +73,7 @@ func (c *canvas) logPanel(r image.Rectangle, title string, xs []float64, xl []st
 	if yMax <= 0 {
 		yMax = 1
 	}
-	yStep := niceStep(yMax, 5)
+	yStep := chart.NiceStep(yMax, 5)
 	yTop := math.Ceil(yMax*1.08/yStep) * yStep
 	lx0, lx1 := math.Inf(1), math.Inf(-1)
 	for _, x := range xs {
@@ -176,22 +92,22 @@ func (c *canvas) logPanel(r image.Rectangle, title string, xs []float64, xl []st
 	for v := 0.0; v <= yTop+yStep/2; v += yStep {
 		y := py(v)
 		if v > 0 {
-			c.hline(r.Min.X+1, r.Max.X-1, y, colGrid)
+			c.HLine(r.Min.X+1, r.Max.X-1, y, colGrid)
 		}
-		c.hline(r.Min.X-5, r.Min.X, y, colFrame)
+		c.HLine(r.Min.X-5, r.Min.X, y, colFrame)
 		lab := yTick(v, yStep)
-		c.text(r.Min.X-8-c.textWidth(lab), y+4, lab, colText)
+		c.Text(r.Min.X-8-c.TextWidth(lab), y+4, lab, colText)
 	}
 	for i, x := range xs {
 		X := px(x)
-		c.vline(X, r.Min.Y+1, r.Max.Y-1, colGrid)
-		c.vline(X, r.Max.Y, r.Max.Y+5, colFrame)
-		c.text(X-c.textWidth(xl[i])/2, r.Max.Y+18, xl[i], colText)
+		c.VLine(X, r.Min.Y+1, r.Max.Y-1, colGrid)
+		c.VLine(X, r.Max.Y, r.Max.Y+5, colFrame)
+		c.Text(X-c.TextWidth(xl[i])/2, r.Max.Y+18, xl[i], colText)
 	}
-	c.hline(r.Min.X, r.Max.X, r.Min.Y, colFrame)
-	c.hline(r.Min.X, r.Max.X, r.Max.Y, colFrame)
-	c.vline(r.Min.X, r.Min.Y, r.Max.Y, colFrame)
-	c.vline(r.Max.X, r.Min.Y, r.Max.Y, colFrame)
+	c.HLine(r.Min.X, r.Max.X, r.Min.Y, colFrame)
+	c.HLine(r.Min.X, r.Max.X, r.Max.Y, colFrame)
+	c.VLine(r.Min.X, r.Min.Y, r.Max.Y, colFrame)
+	c.VLine(r.Max.X, r.Min.Y, r.Max.Y, colFrame)
 	for _, cv := range curves {
 		have := false
 		var x0, y0 int
@@ -202,22 +118,22 @@ func (c *canvas) logPanel(r image.Rectangle, title string, xs []float64, xl []st
 			}
 			x1, y1 := px(cv.x[i]), py(cv.y[i])
 			if have {
-				c.line(x0, y0, x1, y1, 2, cv.col)
+				c.Line(x0, y0, x1, y1, 2, cv.col)
 			}
-			c.dot(x1, y1, 6, cv.col)
-			c.text(x1+6, y1-6, valueLabel(cv.y[i]), cv.col)
+			c.Dot(x1, y1, 6, cv.col)
+			c.Text(x1+6, y1-6, valueLabel(cv.y[i]), cv.col)
 			x0, y0, have = x1, y1, true
 		}
 	}
-	c.text(r.Min.X, r.Min.Y-7, title, colText)
+	c.Text(r.Min.X, r.Min.Y-7, title, colText)
 	lx := r.Max.X
 	for i := len(curves) - 1; i >= 0; i-- {
 		cv := curves[i]
-		w := c.textWidth(cv.name)
+		w := c.TextWidth(cv.name)
 		lx -= w
-		c.text(lx, r.Min.Y-7, cv.name, colText)
+		c.Text(lx, r.Min.Y-7, cv.name, colText)
 		lx -= 22
-		c.fill(image.Rect(lx, r.Min.Y-13, lx+16, r.Min.Y-10), cv.col)
+		c.Fill(image.Rect(lx, r.Min.Y-13, lx+16, r.Min.Y-10), cv.col)
 		lx -= 14
 	}
 }
@@ -226,20 +142,20 @@ func (c *canvas) logPanel(r image.Rectangle, title string, xs []float64, xl []st
 // a log x axis.
 func drawScale(path, title, sub, xlabel string, xs []float64, xl []string, thr, p99 []curve) error {
 	const w, h = 900, 640
-	c := &canvas{img: image.NewRGBA(image.Rect(0, 0, w, h)), face: basicfont.Face7x13}
-	c.fill(c.img.Bounds(), colBG)
-	c.text((w-c.textWidth(title))/2, 18, title, colText)
-	c.text((w-c.textWidth(sub))/2, 36, sub, colMuted)
+	c := &canvas{chart.New(w, h)}
+	c.Fill(c.Img.Bounds(), colBG)
+	c.Text((w-c.TextWidth(title))/2, 18, title, colText)
+	c.Text((w-c.TextWidth(sub))/2, 36, sub, colMuted)
 	left, right, top, bottom, gap := 72, w-30, 72, h-44, 56
 	ph := (bottom - top - gap) / 2
 	c.logPanel(image.Rect(left, top, right, top+ph), "throughput (msgs/s)", xs, xl, thr, fmtRate)
 	c.logPanel(image.Rect(left, top+ph+gap, right, bottom), "push latency p99 (ms)", xs, xl, p99, fmtMs)
-	c.text(right-c.textWidth(xlabel), h-6, xlabel, colMuted)
+	c.Text(right-c.TextWidth(xlabel), h-6, xlabel, colMuted)
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := png.Encode(f, c.img); err != nil {
+	if err := png.Encode(f, c.Img); err != nil {
 		f.Close()
 		return err
 	}
