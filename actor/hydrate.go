@@ -45,7 +45,7 @@ type HydrationStats struct {
 	// next push of that partition asks again).
 	Busy uint64
 	// TooDeep counts loads skipped because the partition's sidecar could not
-	// fit the budget (estimated before reading it).
+	// fit the budget, or the room left in it (estimated before reading).
 	TooDeep uint64
 	// Running is the number of loads in flight.
 	Running int
@@ -169,7 +169,12 @@ func (r *Registry) hydrate(p partition.UUID, tok cache.HydrateToken) {
 	start := time.Now()
 	// Loading a window that cannot fit would read it all for nothing (and
 	// compete with the pushes): estimate first, with two index lookups.
-	if depth, err := r.store.SidecarDepth(ctx, p); err == nil && depth*bytesPerHashEstimate > h.budget {
+	// And never load a partition by evicting others: when the windows of the
+	// active partitions together exceed the budget, loads would evict each
+	// other in turn and PostgreSQL would spend its time reading windows.
+	// Partitions that do not fit go on with the full-window probe.
+	if depth, err := r.store.SidecarDepth(ctx, p); err == nil &&
+		(depth*bytesPerHashEstimate > h.budget || r.cache.Stats().Bytes+depth*bytesPerHashEstimate > h.budget) {
 		r.cache.AbortHydrate(tok)
 		h.tooDeep.Add(1)
 		h.skipFor(p, tooDeepBackoff)
