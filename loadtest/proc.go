@@ -2,14 +2,14 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/regina-mq/regina/internal/procstat"
 )
 
 // ProcSample is one reading of a process's CPU time and resident memory.
@@ -28,7 +28,7 @@ type ProcSampler struct {
 
 // NewProcSampler samples process pid.
 func NewProcSampler(pid int) *ProcSampler {
-	return &ProcSampler{PID: pid, ClkTck: clockTicks(), root: "/proc"}
+	return &ProcSampler{PID: pid, ClkTck: procstat.ClockTicks(), root: "/proc"}
 }
 
 // Sample reads the process's current CPU ticks and RSS.
@@ -38,7 +38,8 @@ func (p *ProcSampler) Sample(now time.Time) (ProcSample, error) {
 	if err != nil {
 		return ProcSample{}, err
 	}
-	ut, st, err := parseStat(string(stat))
+	ps, err := procstat.ParseStat(string(stat))
+	ut, st := ps.UTime, ps.STime
 	if err != nil {
 		return ProcSample{}, err
 	}
@@ -46,7 +47,7 @@ func (p *ProcSampler) Sample(now time.Time) (ProcSample, error) {
 	if err != nil {
 		return ProcSample{}, err
 	}
-	kb, err := parseStatusRSS(string(status))
+	kb, err := procstat.ParseStatusRSS(string(status))
 	if err != nil {
 		return ProcSample{}, err
 	}
@@ -60,64 +61,6 @@ func (p *ProcSampler) Cores(a, b ProcSample) float64 {
 		return 0
 	}
 	return float64(b.CPUTicks-a.CPUTicks) / p.ClkTck / wall
-}
-
-// parseStat returns utime and stime (fields 14 and 15) of a /proc/PID/stat
-// line. The command name (field 2) may hold spaces and parentheses, so the
-// fields are counted from the last ')'.
-func parseStat(s string) (utime, stime uint64, err error) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, 0, errors.New("stat: no ')'")
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); utime is field 14, stime field 15.
-	if len(f) < 13 {
-		return 0, 0, fmt.Errorf("stat: %d fields after comm", len(f))
-	}
-	if utime, err = strconv.ParseUint(f[11], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("stat utime: %w", err)
-	}
-	if stime, err = strconv.ParseUint(f[12], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("stat stime: %w", err)
-	}
-	return utime, stime, nil
-}
-
-// parseStatusRSS returns VmRSS in kB from /proc/PID/status.
-func parseStatusRSS(s string) (int64, error) {
-	for line := range strings.Lines(s) {
-		rest, ok := strings.CutPrefix(line, "VmRSS:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			break
-		}
-		return strconv.ParseInt(f[0], 10, 64)
-	}
-	return 0, errors.New("status: no VmRSS")
-}
-
-// clockTicks returns the kernel's USER_HZ (AT_CLKTCK from the auxiliary
-// vector), 100 when it cannot be read.
-func clockTicks() float64 {
-	b, err := os.ReadFile("/proc/self/auxv")
-	if err == nil && strconv.IntSize == 64 {
-		for len(b) >= 16 {
-			k := binary.LittleEndian.Uint64(b)
-			v := binary.LittleEndian.Uint64(b[8:])
-			if k == 17 && v > 0 { // AT_CLKTCK
-				return float64(v)
-			}
-			if k == 0 {
-				break
-			}
-			b = b[16:]
-		}
-	}
-	return 100
 }
 
 // FindBrokerPID looks for the broker's process: first the owner of the TCP

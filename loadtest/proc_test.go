@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/regina-mq/regina/internal/procstat"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,20 +16,21 @@ func TestParseStat(t *testing.T) {
 	t.Parallel()
 	// The command name may hold spaces and parentheses.
 	line := "1234 (my (odd) name) S 1 1234 1234 0 -1 4194560 2593 0 0 0 1577 423 0 0 20 0 12 0 123456 1234567 890 18446744073709551615\n"
-	ut, st, err := parseStat(line)
+	ps, err := procstat.ParseStat(line)
+	ut, st := ps.UTime, ps.STime
 	require.NoError(t, err)
 	require.Equal(t, uint64(1577), ut)
 	require.Equal(t, uint64(423), st)
-	_, _, err = parseStat("1234 (x) S 1 2")
+	_, err = procstat.ParseStat("1234 (x) S 1 2")
 	require.Error(t, err)
 }
 
 func TestParseStatusRSS(t *testing.T) {
 	t.Parallel()
-	kb, err := parseStatusRSS("Name:\tregina\nVmPeak:\t  900 kB\nVmRSS:\t   23456 kB\nThreads:\t9\n")
+	kb, err := procstat.ParseStatusRSS("Name:\tregina\nVmPeak:\t  900 kB\nVmRSS:\t   23456 kB\nThreads:\t9\n")
 	require.NoError(t, err)
 	require.Equal(t, int64(23456), kb)
-	_, err = parseStatusRSS("Name:\tkthreadd\n")
+	_, err = procstat.ParseStatusRSS("Name:\tkthreadd\n")
 	require.Error(t, err)
 }
 

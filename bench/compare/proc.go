@@ -2,39 +2,21 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/regina-mq/regina/internal/procstat"
 )
 
 // This file reads CPU time and resident memory from /proc. Figures are in
 // cores (CPU seconds per wall second); nil means unknown.
 
 // clkTck is the kernel's USER_HZ (AT_CLKTCK), 100 when it cannot be read.
-var clkTck = clockTicks()
-
-func clockTicks() float64 {
-	b, err := os.ReadFile("/proc/self/auxv")
-	if err == nil && strconv.IntSize == 64 {
-		for len(b) >= 16 {
-			k := binary.LittleEndian.Uint64(b)
-			v := binary.LittleEndian.Uint64(b[8:])
-			if k == 17 && v > 0 { // AT_CLKTCK
-				return float64(v)
-			}
-			if k == 0 {
-				break
-			}
-			b = b[16:]
-		}
-	}
-	return 100
-}
+var clkTck = procstat.ClockTicks()
 
 // procStat is what /proc/PID/stat tells about one process.
 type procStat struct {
@@ -42,36 +24,17 @@ type procStat struct {
 	ticks uint64 // utime + stime
 }
 
-// readStat parses /proc/PID/stat. The command name (field 2) may hold spaces
-// and parentheses, so fields are counted from the last ')'.
+// readStat reads /proc/PID/stat.
 func readStat(pid int) (procStat, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return procStat{}, err
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return procStat{}, errors.New("stat: no ')'")
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state), f[1] ppid, f[11] utime (14), f[12] stime (15).
-	if len(f) < 13 {
-		return procStat{}, fmt.Errorf("stat: %d fields after comm", len(f))
-	}
-	ppid, err := strconv.Atoi(f[1])
+	st, err := procstat.ParseStat(string(b))
 	if err != nil {
 		return procStat{}, err
 	}
-	ut, err := strconv.ParseUint(f[11], 10, 64)
-	if err != nil {
-		return procStat{}, err
-	}
-	st, err := strconv.ParseUint(f[12], 10, 64)
-	if err != nil {
-		return procStat{}, err
-	}
-	return procStat{ppid: ppid, ticks: ut + st}, nil
+	return procStat{ppid: st.PPID, ticks: st.UTime + st.STime}, nil
 }
 
 // readRSS returns VmRSS of pid in bytes.
@@ -80,19 +43,8 @@ func readRSS(pid int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for line := range strings.Lines(string(b)) {
-		rest, ok := strings.CutPrefix(line, "VmRSS:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			break
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		return kb * 1024, err
-	}
-	return 0, errors.New("status: no VmRSS")
+	kb, err := procstat.ParseStatusRSS(string(b))
+	return kb * 1024, err
 }
 
 // machineTicks returns the busy (everything but idle and iowait) and steal

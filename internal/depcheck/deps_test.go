@@ -22,13 +22,14 @@ var allowed = map[string][]string{
 	"wire":                  {"actor", "partition", "metrics", "sqlstore"},
 	"cmd/regina":            {"actor", "cache", "metrics", "sqlstore", "wire"},
 	"bench":                 {},
-	"bench/compare":         {"partition", "sqlstore", "internal/chart"},
+	"bench/compare":         {"partition", "sqlstore", "internal/chart", "internal/procstat"},
 	// The load generator is an outside client: nothing of ours.
-	"loadtest": {"internal/chart"},
+	"loadtest": {"internal/chart", "internal/procstat"},
 	// The fault checker decodes stored segments.
 	"loadtest/faults":   {"partition"},
 	"internal/depcheck": {},
 	"internal/chart":    {},
+	"internal/procstat": {},
 }
 
 func TestImportDirection(t *testing.T) {
