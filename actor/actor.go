@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"runtime/pprof"
 	"sync"
 	"time"
@@ -174,7 +175,7 @@ func (a *actor) process(ctx context.Context, groups []*Group) {
 		}
 		h(a.queue, a.part, n)
 	}
-	err := a.push(ctx, groups)
+	err := a.pushRecovering(ctx, groups)
 	if err != nil {
 		a.reg.pushFailures.Add(1)
 		a.log.Warn().Err(err).Int("groups", len(groups)).Msg("push batch failed")
@@ -312,4 +313,24 @@ func (a *actor) answer(groups []*Group, res *sqlstore.PushResult) {
 	if queued > 0 {
 		a.reg.signals.notify(a.queue)
 	}
+}
+
+// errPanicked reports a batch whose processing panicked (a bug). The outcome
+// of its push is unknown, so the groups get a retryable error and the cache
+// forgets the partition.
+var errPanicked = errors.New("internal error while pushing; the outcome is unknown, retrying with the same transactionId is safe")
+
+// pushRecovering runs push and turns a panic into an error for this batch,
+// so one bad batch cannot take the broker (and every other partition's
+// waiting requests) down with it.
+func (a *actor) pushRecovering(ctx context.Context, groups []*Group) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			a.log.Error().Interface("panic", v).Str("stack", string(debug.Stack())).Msg("push batch panicked")
+			a.reg.cache.Forget(a.ref.ID)
+			a.resolved = false
+			err = fmt.Errorf("push %s/%s: %w", a.queue, a.part, errPanicked)
+		}
+	}()
+	return a.push(ctx, groups)
 }

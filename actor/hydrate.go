@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,6 +154,13 @@ func (r *Registry) maybeHydrate(p partition.UUID) {
 	h.wg.Add(1)
 	go func() {
 		defer func() {
+			if v := recover(); v != nil {
+				// A bug in a background load must not take the broker down:
+				// drop the attempt (pushes keep the full-window probe).
+				r.cache.AbortHydrate(tok)
+				h.failed.Add(1)
+				r.log.Error().Interface("panic", v).Str("stack", string(debug.Stack())).Msg("dedup cache: hydration panicked")
+			}
 			<-h.sem
 			h.wg.Done()
 		}()

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/regina-mq/regina/partition"
@@ -104,7 +105,7 @@ func (s *Store) RunRetention(ctx context.Context, interval time.Duration, batchS
 		case <-t.C:
 		}
 		start := time.Now()
-		st, err := s.RetainOnce(ctx, batchSize)
+		st, err := s.retainRecovering(ctx, batchSize)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("retention pass failed")
@@ -116,4 +117,15 @@ func (s *Store) RunRetention(ctx context.Context, interval time.Duration, batchS
 				Int64("segments_deleted", st.Segments).Dur("took", time.Since(start)).Msg("retention pass")
 		}
 	}
+}
+
+// retainRecovering runs RetainOnce and turns a panic (a bug) into an error,
+// so the loop (and the broker) survive to the next tick.
+func (s *Store) retainRecovering(ctx context.Context, batchSize int) (st RetentionStats, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("retention pass panicked: %v\n%s", v, debug.Stack())
+		}
+	}()
+	return s.RetainOnce(ctx, batchSize)
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 // template (never the raw path), method and status.
 func (s *Server) instrumented(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	s.Handle(ctx)
+	s.handleRecovering(ctx)
 	path := string(ctx.URI().PathOriginal())
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
@@ -119,4 +120,20 @@ func routeTemplate(path string) string {
 		}
 	}
 	return "other"
+}
+
+// handleRecovering runs Handle and turns a panic (a bug: no input should
+// cause one) into a 500 JSON error for this request, logged with its stack,
+// instead of a crash of the whole broker.
+func (s *Server) handleRecovering(ctx *fasthttp.RequestCtx) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error().Interface("panic", v).Bytes("path", ctx.URI().PathOriginal()).
+				Str("stack", string(debug.Stack())).Msg("request handler panicked")
+			ctx.Response.Reset()
+			setCORS(ctx)
+			writeError(ctx, fasthttp.StatusInternalServerError, "Internal error; the request may not have taken effect")
+		}
+	}()
+	s.Handle(ctx)
 }
