@@ -210,7 +210,7 @@ BEGIN
                      WHERE l.hashes && p_hashes
                        AND (l.partition_id = p_partition) IS TRUE
                        AND l.created_at > now() - make_interval(secs => window_seconds)
-                     ORDER BY h.i, l.first_offset) d;
+                     ORDER BY h.i, l.first_offset, m.o) d;
             PERFORM set_config('enable_seqscan', v_seqscan, true);
         ELSE
             -- Watermark probe: only segments above the offset the cache vouches
@@ -231,7 +231,7 @@ BEGIN
                      WHERE l.partition_id = p_partition
                        AND l.first_offset > p_watermark
                        AND l.created_at > now() - make_interval(secs => window_seconds)
-                     ORDER BY h.i, l.first_offset) d;
+                     ORDER BY h.i, l.first_offset, m.o) d;
         END IF;
     END IF;
 
