@@ -411,11 +411,7 @@ func (s *Server) handleListMessages(ctx *fasthttp.RequestCtx) {
 	f := actor.MessageFilter{Queue: qf.Name, Partition: string(args.Peek("partition")), Namespace: qf.Namespace,
 		Task: qf.Task, Limit: min(max(queryInt(args, "limit", 200), 1), 1000), Offset: max(queryInt(args, "offset", 0), 0)}
 	var err error
-	if f.From, err = parseTimeParam(args, "from"); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
-		return
-	}
-	if f.To, err = parseTimeParam(args, "to"); err != nil {
+	if f.From, f.To, err = parseTimeRange(args); err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}

@@ -390,17 +390,22 @@ func parseTimeParam(args *fasthttp.Args, key string) (time.Time, error) {
 	return t, nil
 }
 
+// parseTimeRange reads the optional from and to query parameters.
+func parseTimeRange(args *fasthttp.Args) (from, to time.Time, err error) {
+	if from, err = parseTimeParam(args, "from"); err != nil {
+		return
+	}
+	to, err = parseTimeParam(args, "to")
+	return
+}
+
 func (s *Server) handleDLQ(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
 	f := actor.DLQFilter{Queue: string(args.Peek("queue")), Group: string(args.Peek("consumerGroup")),
 		Partition: string(args.Peek("partition")),
 		Limit:     min(max(queryInt(args, "limit", 100), 1), 10000), Offset: max(queryInt(args, "offset", 0), 0)}
 	var err error
-	if f.From, err = parseTimeParam(args, "from"); err != nil {
-		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
-		return
-	}
-	if f.To, err = parseTimeParam(args, "to"); err != nil {
+	if f.From, f.To, err = parseTimeRange(args); err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
