@@ -12,9 +12,14 @@
 #   1. The configured server: $DATABASE_URL, else one built from
 #      PG_HOST (127.0.0.1), PG_PORT (5432), PG_USER (postgres),
 #      PG_PASSWORD (empty), PG_DB (postgres).
-#   2. A throwaway cluster in $REPO/.data/pg (initdb'd on first use, trust
-#      auth, user postgres, listening on 127.0.0.1 only). Its port is the
-#      configured port if that is free, else the first free one of
+#      If DATABASE_URL or any PG_* variable is set, that server is the only
+#      candidate: when it does not answer or refuses us, the script fails
+#      (non-zero exit, the reason on stderr) instead of serving from a
+#      scratch database nobody else reads.
+#   2. Only when nothing was configured (the default 127.0.0.1:5432 does not
+#      answer): a throwaway cluster in $REPO/.data/pg (initdb'd on first use,
+#      trust auth, user postgres, listening on 127.0.0.1 only), announced on
+#      stderr. Its port is 5432 if that is free, else the first free one of
 #      55432..55441. As root, it runs as the "postgres" system user.
 #   3. If no PostgreSQL binaries exist: apt-get install postgresql (as root,
 #      or with password-less sudo), then step 2.
@@ -103,7 +108,7 @@ try_psql() {
 	if out=$(PGCONNECT_TIMEOUT=$CONNECT_TIMEOUT "$PSQL" -X -w -d "$1" -Atqc 'select 1' 2>&1 </dev/null) && [[ $out == 1 ]]; then
 		return 0
 	fi
-	LAST_ERR=$(printf '%s' "$out" | head -n 3 | tr '\n' ' ')
+	LAST_ERR=$(printf '%s' "$out" | head -n 3 | tr -s '\n\t' '  ')
 	return 1
 }
 
@@ -131,11 +136,21 @@ port_in_use() {
 # ------------------------------------------------------- configured URL
 # Sets CFG_KIND (url|dsn), CFG_URL, CFG_DB, CFG_PORT, CFG_HOST and the pieces
 # needed to rebuild the URL for another database (url_for_db).
-EXPLICIT_URL=0
+# EXPLICIT: the user named a server (DATABASE_URL or a PG_* variable). Then
+# it is the only candidate: no fallback to a throwaway cluster.
+EXPLICIT=0
+EXPLICIT_WHAT=""
 if [[ -n ${DATABASE_URL:-} ]]; then
-	EXPLICIT_URL=1
+	EXPLICIT=1
+	EXPLICIT_WHAT="DATABASE_URL"
 	CFG_URL=$DATABASE_URL
 else
+	for v in PG_HOST PG_PORT PG_USER PG_PASSWORD PG_DB; do
+		if [[ -n ${!v:-} ]]; then
+			EXPLICIT=1
+			EXPLICIT_WHAT+="${EXPLICIT_WHAT:+, }$v"
+		fi
+	done
 	cfg_host=${PG_HOST:-127.0.0.1}
 	[[ $cfg_host == /* ]] && cfg_host=$(urlencode "$cfg_host")
 	cfg_auth=$(urlencode "${PG_USER:-postgres}")
@@ -184,6 +199,24 @@ url_for_db() {
 	fi
 }
 
+# redact URL: the URL with its password replaced by "***" (for messages).
+redact() {
+	local u=$1
+	if [[ $u =~ ^([a-z]+://[^/@:]*):[^/@]*@(.*)$ ]]; then
+		u="${BASH_REMATCH[1]}:***@${BASH_REMATCH[2]}"
+	fi
+	u=$(printf '%s' "$u" | sed -E 's/(^|[[:space:]&?])password=[^[:space:]&]*/\1password=***/g')
+	printf '%s' "$u"
+}
+
+# die_explicit REASON: the configured server cannot be used; say so and stop.
+die_explicit() {
+	die "$EXPLICIT_WHAT names the server $(redact "$CFG_URL") ($CFG_HOST:$CFG_PORT), and $1." \
+		"Not falling back to a throwaway local cluster: messages would go to a database nobody reads." \
+		"Fix $EXPLICIT_WHAT (host, port, user, password, database) or start that server;" \
+		"unset DATABASE_URL and every PG_* variable to use a local server or a throwaway cluster in .data/pg."
+}
+
 if [[ $MODE == ensure ]]; then
 	DBNAME=${DBNAME:-$CFG_DB}
 	[[ $DBNAME =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]] ||
@@ -202,7 +235,7 @@ SQL
 	); then
 		# A concurrent caller may have created it first.
 		try_psql "$target" && return 0
-		LAST_ERR=$(printf '%s' "$out" | head -n 3 | tr '\n' ' ')
+		LAST_ERR=$(printf '%s' "$out" | head -n 3 | tr -s '\n\t' '  ')
 		return 1
 	fi
 	try_psql "$target"
@@ -430,6 +463,7 @@ if [[ -z $PSQL ]]; then
 			printf '%s\n' "$(url_for_db "$DBNAME")" >&3
 			exit 0
 		fi
+		[[ $EXPLICIT -eq 1 ]] && die_explicit "it does not answer (and psql is not installed)"
 		TRIED+=("configured server $CFG_HOST:$CFG_PORT: no answer (and psql is not installed)")
 		fail_all
 	fi
@@ -459,15 +493,17 @@ if server_answers "$TARGET" "$CFG_PORT" "$CFG_HOST"; then
 		die "the server at $CFG_HOST:$CFG_PORT answers, but database \"$DBNAME\" could not be created: $LAST_ERR" \
 			"Create it yourself, or use a role allowed to (CREATEDB)."
 	fi
-	if [[ $EXPLICIT_URL -eq 1 ]]; then
-		die "DATABASE_URL points at a server that answers but refuses the connection: $first_err" \
-			"Fix DATABASE_URL (user, password, database), or unset it to use a throwaway local cluster."
-	fi
-	log "a server answers at $CFG_HOST:$CFG_PORT but refuses us ($first_err); using a throwaway cluster instead"
-	TRIED+=("configured server $CFG_HOST:$CFG_PORT: refused ($first_err)")
+	[[ $EXPLICIT -eq 1 ]] && die_explicit "it answers but refuses the connection: $first_err"
+	log "a server answers at $CFG_HOST:$CFG_PORT but refuses us ($first_err)"
+	TRIED+=("default server $CFG_HOST:$CFG_PORT: refused ($first_err)")
 else
-	TRIED+=("configured server $CFG_HOST:$CFG_PORT: no answer")
+	[[ $EXPLICIT -eq 1 ]] && die_explicit "it does not answer: ${first_err:-no connection within ${CONNECT_TIMEOUT}s}"
+	TRIED+=("default server $CFG_HOST:$CFG_PORT: no answer")
 fi
+
+# Nothing was configured and the default server is not usable: a throwaway
+# cluster is the fallback. Say so loudly, every time.
+THROWAWAY_NOTE=1
 
 # ---------------------------------------------------------------- step 2/3
 setup_owner
@@ -501,6 +537,15 @@ port=$(cluster_port)
 
 admin="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 TARGET="postgres://postgres@127.0.0.1:$port/$DBNAME?sslmode=disable"
+if [[ ${THROWAWAY_NOTE:-0} -eq 1 ]]; then
+	log "=================================================================="
+	log "NOTE: no DATABASE_URL or PG_* is set and nothing usable answers at"
+	log "$CFG_HOST:$CFG_PORT, so this uses a THROWAWAY PostgreSQL cluster:"
+	log "  $PGDATA_DIR on 127.0.0.1:$port (database \"$DBNAME\")"
+	log "Its data lives only there. make db/stop stops it; rm -rf .data deletes it."
+	log "Set DATABASE_URL (or PG_HOST, PG_PORT, ...) to use your own server."
+	log "=================================================================="
+fi
 if try_psql "$TARGET"; then
 	printf '%s\n' "$TARGET" >&3
 	exit 0
