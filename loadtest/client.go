@@ -1,15 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
-	"strings"
+	"os"
+	"slices"
+	"syscall"
 	"time"
 
 	"github.com/segmentio/encoding/json"
 	"github.com/valyala/fasthttp"
+
+	"github.com/regina-mq/regina/internal/pushanswer"
 )
 
 // Client talks to the broker over one keep-alive connection. The load
@@ -62,31 +68,9 @@ func NewClient(rawURL string, timeout time.Duration) (*Client, error) {
 	}, nil
 }
 
-// PushOutcome is what one push attempt got back.
-type PushOutcome struct {
-	// Status is the HTTP status, 0 for a network error.
-	Status int
-	// Err is the network error, or the error message of a non-201 answer,
-	// or a malformed 201 answer.
-	Err error
-	// Item verdicts of a 201 answer.
-	Queued, Duplicate, Failed int
-}
-
-// Retryable reports whether the attempt may be resent as is: a network
-// error or a 5xx answer.
-func (o *PushOutcome) Retryable() bool { return o.Status == 0 || o.Status >= 500 }
-
-// OK reports a 201 answer that was understood.
-func (o *PushOutcome) OK() bool { return o.Status == fasthttp.StatusCreated && o.Err == nil }
-
-type pushResultItem struct {
-	Status string `json:"status"`
-}
-
-type errorBody struct {
-	Error string `json:"error"`
-}
+// PushOutcome is what one push attempt got back, judged the same way for
+// Regina and upstream Queen (any 2xx; the body decides).
+type PushOutcome = pushanswer.Answer
 
 func (c *Client) do(method, path string, body []byte, req *fasthttp.Request, resp *fasthttp.Response) error {
 	req.Header.SetMethod(method)
@@ -98,74 +82,63 @@ func (c *Client) do(method, path string, body []byte, req *fasthttp.Request, res
 	return c.hc.DoTimeout(req, resp, c.timeout)
 }
 
-// Push sends one push body holding nItems items and classifies the answer.
+// Push sends one push body holding nItems items and judges the answer.
 func (c *Client) Push(body []byte, nItems int) PushOutcome {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	if err := c.do(fasthttp.MethodPost, "/api/v1/push", body, req, resp); err != nil {
-		return PushOutcome{Err: err}
+		return pushanswer.Failure(err)
 	}
-	return classifyPush(resp.StatusCode(), resp.Body(), nItems)
+	return pushanswer.Read(resp.StatusCode(), resp.Body(), nItems)
 }
 
-// classifyPush turns a push answer into an outcome.
-func classifyPush(status int, body []byte, nItems int) PushOutcome {
-	out := PushOutcome{Status: status}
-	if status != fasthttp.StatusCreated {
-		out.Err = errors.New(errorMessage(status, body))
-		return out
+// Network error kinds, as the report names them.
+const (
+	netRefused = "connection refused"
+	netReset   = "connection reset"
+	netClosed  = "closed before an answer"
+	netTimeout = "timeout"
+	netOther   = "other"
+)
+
+// netErrorKind names what happened to a request that got no answer.
+func netErrorKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return netRefused
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return netReset
+	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return netClosed
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout():
+		return netTimeout
 	}
-	var items []pushResultItem
-	if err := json.Unmarshal(body, &items); err != nil {
-		out.Err = fmt.Errorf("bad 201 body: %w", err)
-		return out
-	}
-	if len(items) != nItems {
-		out.Err = fmt.Errorf("201 with %d results for %d items", len(items), nItems)
-	}
-	for _, it := range items {
-		switch it.Status {
-		case "queued":
-			out.Queued++
-		case "duplicate":
-			out.Duplicate++
-		default:
-			out.Failed++
-		}
-	}
-	return out
+	return netOther
 }
 
-func errorMessage(status int, body []byte) string {
-	var eb errorBody
-	if json.Unmarshal(body, &eb) == nil && eb.Error != "" {
-		return fmt.Sprintf("HTTP %d: %s", status, eb.Error)
-	}
-	s := strings.TrimSpace(string(body))
-	if len(s) > 200 {
-		s = s[:200] + "..."
-	}
-	return fmt.Sprintf("HTTP %d: %s", status, s)
-}
-
-// admin sends a small request and fails on any status outside okStatuses.
-func (c *Client) admin(method, path string, body []byte, okStatuses ...int) (int, error) {
+// admin sends a small request and fails on any status outside okStatuses,
+// and on a 2xx answer carrying an error object (upstream Queen sends its
+// database errors as 200). It returns the answer's body.
+func (c *Client) admin(method, path string, body []byte, okStatuses ...int) ([]byte, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	if err := c.do(method, path, body, req, resp); err != nil {
-		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	st := resp.StatusCode()
-	for _, ok := range okStatuses {
-		if st == ok {
-			return st, nil
-		}
+	if !slices.Contains(okStatuses, st) {
+		return nil, fmt.Errorf("%s %s: %s", method, path, pushanswer.ErrorMessage(st, resp.Body()))
 	}
-	return st, fmt.Errorf("%s %s: %s", method, path, errorMessage(st, resp.Body()))
+	if msg := pushanswer.ErrorInBody(resp.Body()); msg != "" && st/100 == 2 {
+		return nil, fmt.Errorf("%s %s: HTTP %d with an error body: %s", method, path, st, msg)
+	}
+	return bytes.Clone(resp.Body()), nil
 }
 
 // Health checks GET /health answers 2xx.
@@ -183,16 +156,37 @@ type configureOptions struct {
 	DedupWindowSeconds int `json:"dedupWindowSeconds"`
 }
 
+type configureResp struct {
+	Options struct {
+		DedupWindowSeconds *int `json:"dedupWindowSeconds"`
+	} `json:"options"`
+}
+
 // Configure sets the queue's dedup window in seconds (0 turns dedup off).
 // The broker treats configure as a full replace: other options go back to
-// their defaults.
-func (c *Client) Configure(queue string, dedupWindowSeconds int) error {
+// their defaults. It returns a note when the answer does not echo the
+// window it was given: upstream Queen drops the option it does not know
+// (its deduplication has no window), and a run must say so.
+func (c *Client) Configure(queue string, dedupWindowSeconds int) (note string, err error) {
 	body, err := json.Marshal(configureReq{Queue: queue, Options: configureOptions{DedupWindowSeconds: dedupWindowSeconds}})
 	if err != nil {
-		return err
+		return "", err
 	}
-	_, err = c.admin(fasthttp.MethodPost, "/api/v1/configure", body, 200, 201)
-	return err
+	ans, err := c.admin(fasthttp.MethodPost, "/api/v1/configure", body, 200, 201)
+	if err != nil {
+		return "", err
+	}
+	var cr configureResp
+	switch err := json.Unmarshal(ans, &cr); {
+	case err != nil:
+		return fmt.Sprintf("dedupWindowSeconds %d sent; the configure answer could not be read (%v), so whether the broker took it is unknown", dedupWindowSeconds, err), nil
+	case cr.Options.DedupWindowSeconds == nil:
+		return fmt.Sprintf("dedupWindowSeconds %d sent, but the broker's answer does not echo it: it ignores the option "+
+			"(upstream Queen does: its deduplication has no window and cannot be turned off)", dedupWindowSeconds), nil
+	case *cr.Options.DedupWindowSeconds != dedupWindowSeconds:
+		return fmt.Sprintf("dedupWindowSeconds %d sent, but the broker answered %d", dedupWindowSeconds, *cr.Options.DedupWindowSeconds), nil
+	}
+	return "", nil
 }
 
 // DeleteQueue deletes the queue; a queue that does not exist is fine.

@@ -6,30 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestClassifyPush(t *testing.T) {
-	t.Parallel()
-	body := `[{"index":0,"message_id":"m","transaction_id":"a","queueName":"q","status":"queued","partition_id":"p","trace_id":null},
-		{"index":1,"message_id":"m","transaction_id":"b","queueName":"q","status":"duplicate"},
-		{"index":2,"transaction_id":"c","queueName":"q","status":"failed","error":"x","retryable":true}]`
-	o := classifyPush(201, []byte(body), 3)
-	require.True(t, o.OK())
-	require.Equal(t, PushOutcome{Status: 201, Queued: 1, Duplicate: 1, Failed: 1}, o)
-
-	o = classifyPush(201, []byte(`[{"status":"queued"}]`), 2)
-	require.False(t, o.OK(), "wrong number of results")
-	require.Equal(t, 1, o.Queued)
-
-	o = classifyPush(503, []byte(`{"error":"overloaded"}`), 2)
-	require.True(t, o.Retryable())
-	require.EqualError(t, o.Err, "HTTP 503: overloaded")
-
-	o = classifyPush(400, []byte(`not json`), 2)
-	require.False(t, o.Retryable())
-	require.EqualError(t, o.Err, "HTTP 400: not json")
-
-	require.True(t, (&PushOutcome{}).Retryable(), "network error")
-}
-
 func TestNewClientURL(t *testing.T) {
 	t.Parallel()
 	c, err := NewClient("http://127.0.0.1", 0)

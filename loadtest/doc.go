@@ -1,9 +1,10 @@
-// Command regina-loadtest drives a running Regina (Queen MQ HTTP API) broker
-// with push traffic the way real producers do, and reports what the broker
-// sustained.
+// Command regina-loadtest drives a running broker that speaks the Queen MQ
+// HTTP API (Regina, or the upstream Queen server) with push traffic the way
+// real producers do, and reports what the broker sustained.
 //
 // It is an outside client: it imports nothing from the broker, builds its
-// own request bodies and reads the answers as any HTTP client would.
+// own request bodies and reads the answers as any HTTP client would
+// (internal/pushanswer, shared with bench/compare).
 //
 // # What it sends
 //
@@ -24,9 +25,39 @@
 // dedupWindowSeconds first (0 turns dedup off), -reset deletes the queue
 // before the run.
 //
-// -retries resends a push that got a 5xx or a network error, with the same
-// body, after 50 ms, 100 ms, 200 ms...; retries are counted separately, and
-// the push's latency includes them.
+// # What counts as an answer
+//
+// Any 2xx status is an answer and the body decides: an array holds one
+// verdict per item ("queued", "duplicate", "failed"; upstream Queen also
+// answers "buffered" when its database failed and the items went to its
+// local failover file). Regina answers a push 201; upstream Queen answers
+// 200, and also sends its database errors as 200 with an {"error": ...}
+// object: that is an error, retryable like a 5xx, never an acknowledgement.
+// A 2xx that cannot be read, or holds a verdict count other than the item
+// count, is a "bad answer". Buffered items are neither acknowledged (not in
+// msgs/s) nor errors; the report counts them apart. -dedup-window sends
+// dedupWindowSeconds with configure; a broker whose answer does not echo it
+// (upstream Queen drops the option: its deduplication has no window) gets a
+// note in the report and on stderr.
+//
+// # When the broker is gone
+//
+// After a failure that may be the broker's trouble (no answer at all:
+// connection refused, reset, closed, timed out; a 5xx; a 2xx error object)
+// a connection waits before its next request: 50 ms, doubling with every
+// consecutive failure up to -max-backoff (1 s), each wait drawn from
+// [d/2, d]; an answered push resets it. So a broker that is gone costs a
+// few requests per connection per second, not a busy loop, and the run
+// still ends on time (a wait never outlasts the run) with its report. The
+// report counts the pushes without an answer by kind and lists the outages:
+// stretches from the first push without an answer to the next answer (or
+// the end of the run), i.e. the time the broker was unreachable.
+//
+// -retries resends a push after such a failure, with the same body, after
+// the connection's backoff; no retry starts after the end of the run.
+// Retries are counted separately, and the push's latency includes them. A
+// resend in a duplicate storm is drawn only from pushes whose every item
+// was acknowledged.
 //
 // # How it measures
 //
@@ -51,7 +82,8 @@
 // Latency per push goes into an HDR-style log-linear histogram (exact below
 // 256 ns, then 128 linear buckets per power of two up to 60 s: under 0.4%
 // relative error) for p50, p90, p99, p99.9, plus exact max and mean. Only
-// pushes answered 201 are in it; the others get their own histogram.
+// pushes answered with verdicts are in it; the others get their own
+// histogram.
 // -warmup runs first and is left out of the totals, the rates and the
 // histogram (a push belongs to the warmup when it was sent, or scheduled,
 // before its end). The measured window runs from the end of the warmup to
@@ -74,13 +106,15 @@
 // (-plot: throughput and p50/p99 latency over time, 900x600), and last on
 // stdout a one-line summary for scripts:
 //
-//	loadtest: label=L msgs/s=N pushes/s=N p50=MS p99=MS p999=MS queued=N duplicate=N errors=N rss_mb=N cpu=CORES
+//	loadtest: label=L msgs/s=N pushes/s=N p50=MS p99=MS p999=MS queued=N duplicate=N errors=N rss_mb=N cpu=CORES unreachable_s=S
 //
 // errors counts items not acknowledged; rss_mb and cpu are "-" when the
-// broker process is unknown. The exit status is 1 when the run could not
-// start (the broker is not healthy, configure failed) or a file could not
-// be written, 2 for bad flags; errors during the run are reported, not
-// fatal.
+// broker process is unknown; unreachable_s is the total length of the
+// outages. The folders of -json and -plot are created, and both paths
+// checked for writing, before the run starts. The exit status is 1 when
+// the run could not start (an output cannot be written, the broker is not
+// healthy, configure failed) or a file could not be written after all, 2
+// for bad flags; errors during the run are reported, not fatal.
 //
 // # Examples
 //
@@ -97,4 +131,7 @@
 //
 //	# dedup off, fresh queue, big batches, quiet for scripts
 //	bin/regina-loadtest -reset -dedup-window 0 -items 100 -quiet
+//
+//	# the same load against an upstream Queen server, to compare
+//	bin/regina-loadtest -url http://127.0.0.1:6640 -queue lt_queen -label queen -json out/queen.json
 package main

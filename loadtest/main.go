@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/segmentio/encoding/json"
+
+	"github.com/regina-mq/regina/internal/pushanswer"
 )
 
 type options struct {
@@ -36,6 +39,7 @@ type options struct {
 	dedupWindow int
 	reset       bool
 	retries     int
+	maxBackoff  time.Duration
 	timeout     time.Duration
 	pid         int
 	jsonPath    string
@@ -61,7 +65,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.warmup, "warmup", 0, "warmup before the measured window, excluded from the stats")
 	fs.IntVar(&o.dedupWindow, "dedup-window", -1, "configure the queue with this dedupWindowSeconds first (0 = dedup off); -1 = leave the queue alone")
 	fs.BoolVar(&o.reset, "reset", false, "delete the queue before the run")
-	fs.IntVar(&o.retries, "retries", 0, "resend a push after a 5xx or network error up to N times (backoff 50ms, doubling)")
+	fs.IntVar(&o.retries, "retries", 0, "resend a push after a 5xx, an error body or no answer, up to N times (after the connection's backoff)")
+	fs.DurationVar(&o.maxBackoff, "max-backoff", time.Second, "longest wait of a connection after consecutive failures (no answer, 5xx): 50ms, doubling, up to this")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.IntVar(&o.pid, "pid", 0, "broker PID to sample RSS and CPU from; 0 = find it (the listener of -url's port, else a process named regina)")
 	fs.StringVar(&o.jsonPath, "json", "", "write the JSON report to this path (- = stdout)")
@@ -101,6 +106,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-dedup-window must be >= -1")
 	case o.retries < 0:
 		return nil, errors.New("-retries must be >= 0")
+	case o.maxBackoff < 0:
+		return nil, errors.New("-max-backoff must be >= 0")
 	case o.timeout <= 0:
 		return nil, errors.New("-timeout must be > 0")
 	case o.queue == "":
@@ -144,6 +151,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "regina-loadtest:", err)
 		return 2
 	}
+	for _, out := range []struct{ flag, path string }{{"-json", o.jsonPath}, {"-plot", o.plotPath}} {
+		if err := prepareOutput(out.path); err != nil {
+			fmt.Fprintf(stderr, "regina-loadtest: %s: %v\n", out.flag, err)
+			return 1
+		}
+	}
 	rep, err := execute(o, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "regina-loadtest:", err)
@@ -171,6 +184,37 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, rep.SummaryLine())
 	return status
+}
+
+// prepareOutput makes sure that path can be written after the run, before
+// the run starts: it creates the missing folders and checks that a file can
+// be created (or the existing one overwritten) there, so that a long run
+// never ends with nowhere to put its result. "" and "-" need nothing.
+func prepareOutput(path string) error {
+	if path == "" || path == "-" {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cannot create the folder of %s: %w", path, err)
+	}
+	if st, err := os.Stat(path); err == nil {
+		if st.IsDir() {
+			return fmt.Errorf("%s is a directory", path)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("cannot overwrite %s: %w", path, err)
+		}
+		return f.Close()
+	}
+	f, err := os.CreateTemp(dir, ".regina-loadtest-*")
+	if err != nil {
+		return fmt.Errorf("cannot write into %s: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }
 
 func writeJSON(path string, rep *Report, stdout io.Writer) error {
@@ -248,9 +292,15 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 			return nil, fmt.Errorf("reset: %w", err)
 		}
 	}
+	var notes []string
 	if o.dedupWindow >= 0 {
-		if err := admin.Configure(o.queue, o.dedupWindow); err != nil {
+		note, err := admin.Configure(o.queue, o.dedupWindow)
+		if err != nil {
 			return nil, fmt.Errorf("configure: %w", err)
+		}
+		if note != "" {
+			notes = append(notes, note)
+			fmt.Fprintln(stderr, "regina-loadtest: note:", note)
 		}
 	}
 
@@ -346,6 +396,7 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 			c := workers[w]
 			b := NewBodyBuilder(runID, o.queue, w, o.partitions, o.items, o.payload, seed)
 			rnd := mrand.New(mrand.NewPCG(seed^0x9e3779b97f4a7c15, uint64(w)))
+			bo := NewBackoff(o.maxBackoff, rnd)
 			for {
 				slot, ok := sched.Acquire()
 				if !ok {
@@ -359,11 +410,16 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 					}
 				}
 				body, resent := ChooseBody(rnd, o.dupRatio, ring, b)
-				res := pushWithRetries(clock, c, body, o.retries)
+				res := pushWithRetries(clock, sched, bo, c, body, o.retries)
 				res.Slot, res.Resent = slot, resent
 				rec.Record(&res)
-				if !resent {
+				if !resent && res.Final.Kind == pushanswer.OK && res.Final.Acked() == body.Items {
 					ring.Add(body)
+				}
+				if res.Final.Retryable() {
+					sched.Pause(bo.Next())
+				} else {
+					bo.Reset()
 				}
 			}
 		}()
@@ -390,8 +446,9 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 			URL: o.url, Queue: o.queue, Connections: o.connections, Partitions: o.partitions,
 			Items: o.items, Payload: o.payload, DupRatio: o.dupRatio, DupRing: o.dupRing, Rate: o.rate,
 			Duration: o.duration.String(), Warmup: o.warmup.String(), DedupWindow: o.dedupWindow,
-			Reset: o.reset, Retries: o.retries, Timeout: o.timeout.String(), PID: o.pid, Label: o.label,
+			Reset: o.reset, Retries: o.retries, MaxBackoff: o.maxBackoff.String(), Timeout: o.timeout.String(), PID: o.pid, Label: o.label,
 		},
+		Notes:         notes,
 		Mode:          "closed",
 		WindowSeconds: window,
 		Totals:        measured,
@@ -400,6 +457,10 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 		ErrorLatency:  LatencyOf(errHist),
 		Broker:        broker,
 		Series:        series,
+		Outages:       rec.Outages(),
+	}
+	for _, out := range rep.Outages {
+		rep.UnreachableSeconds += out.Seconds()
 	}
 	if window > 0 {
 		rep.MsgsPerSec = float64(measured.Queued+measured.Duplicate) / window
@@ -428,22 +489,19 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 	return rep, nil
 }
 
-// pushWithRetries sends body, resending it as is after a 5xx or a network
-// error up to retries times with a 50 ms backoff that doubles.
-func pushWithRetries(clock Clock, c *Client, body *Body, retries int) PushResult {
+// pushWithRetries sends body, resending it as is after a retryable failure
+// (no answer, a 5xx, a 2xx error object) up to retries times, each time
+// after the connection's backoff; no retry starts after the end of the run.
+func pushWithRetries(clock Clock, sched *Scheduler, bo *Backoff, c *Client, body *Body, retries int) PushResult {
 	res := PushResult{Items: body.Items}
-	backoff := 50 * time.Millisecond
 	for {
 		res.Final = c.Push(body.Data, body.Items)
-		if !res.Final.Retryable() || res.Retries >= retries {
-			break
+		res.Done = clock.Now()
+		if !res.Final.Retryable() || res.Retries >= retries || !sched.Pause(bo.Next()) {
+			return res
 		}
 		res.Retries++
-		clock.Sleep(backoff)
-		backoff *= 2
 	}
-	res.Done = clock.Now()
-	return res
 }
 
 // localPort is the port of a URL pointing at this machine (0 otherwise, so

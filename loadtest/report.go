@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +28,7 @@ type Config struct {
 	DedupWindow int     `json:"dedup_window"`
 	Reset       bool    `json:"reset"`
 	Retries     int     `json:"retries"`
+	MaxBackoff  string  `json:"max_backoff"`
 	Timeout     string  `json:"timeout"`
 	PID         int     `json:"pid"`
 	Label       string  `json:"label"`
@@ -84,8 +87,8 @@ type Report struct {
 	// Totals over the measured window; AllTotals include the warmup.
 	Totals    Totals `json:"totals"`
 	AllTotals Totals `json:"all_totals"`
-	// Latency of measured pushes answered 201 (including retries), from
-	// the intended send time; ErrorLatency of the others.
+	// Latency of measured pushes answered 2xx with verdicts (including
+	// retries), from the intended send time; ErrorLatency of the others.
 	Latency      Latency `json:"latency"`
 	ErrorLatency Latency `json:"error_latency"`
 	// Open loop only: pushes the schedule planned and how many of them the
@@ -97,6 +100,13 @@ type Report struct {
 	MaxLagMs float64 `json:"max_send_lag_ms,omitempty"`
 	Broker   Broker  `json:"broker"`
 	Series   []Point `json:"series"`
+	// Outages are the stretches of the run in which no push got an answer
+	// (the broker was unreachable); UnreachableSeconds is their total.
+	Outages            []Outage `json:"outages,omitempty"`
+	UnreachableSeconds float64  `json:"unreachable_seconds"`
+	// Notes are things the run could not do as asked (e.g. a setting the
+	// broker ignored).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // fmtNum prints a count or rate without a fractional part.
@@ -137,12 +147,12 @@ func cleanLabel(s string) string {
 
 // SummaryLine is the one-line summary printed last on stdout.
 func (r *Report) SummaryLine() string {
-	return fmt.Sprintf("loadtest: label=%s msgs/s=%s pushes/s=%s p50=%s p99=%s p999=%s queued=%d duplicate=%d errors=%d rss_mb=%s cpu=%s",
+	return fmt.Sprintf("loadtest: label=%s msgs/s=%s pushes/s=%s p50=%s p99=%s p999=%s queued=%d duplicate=%d errors=%d rss_mb=%s cpu=%s unreachable_s=%s",
 		cleanLabel(r.Label),
 		fmtNum(r.MsgsPerSec), fmtNum(r.PushesPerSec),
 		fmtMs(r.Latency.P50), fmtMs(r.Latency.P99), fmtMs(r.Latency.P999),
 		r.Totals.Queued, r.Totals.Duplicate, r.Totals.Errors(),
-		fmtOpt(r.Broker.RSSMax, 1), fmtOpt(r.Broker.CPUCores, 2))
+		fmtOpt(r.Broker.RSSMax, 1), fmtOpt(r.Broker.CPUCores, 2), strconv.FormatFloat(r.UnreachableSeconds, 'f', 1, 64))
 }
 
 // WriteText writes the human-readable report.
@@ -160,9 +170,20 @@ func (r *Report) WriteText(w io.Writer) {
 		c.Connections, c.Partitions, c.Items, c.Payload, c.DupRatio, c.Retries)
 	p("window      %.2fs measured (warmup %s excluded)", r.WindowSeconds, c.Warmup)
 	p("throughput  %s msgs/s, %s pushes/s", fmtNum(r.MsgsPerSec), fmtNum(r.PushesPerSec))
-	p("items       %d total: %d queued, %d duplicate, %d failed in 201, %d not acknowledged", t.Items, t.Queued, t.Duplicate, t.FailedItems, t.ErrorItems)
-	p("pushes      %d total: %d answered 201, %s, %d network errors, %d bad answers, %d retries",
-		t.Pushes, t.OKPushes, fmtHTTPErrors(t.HTTPErrors), t.NetworkErrors, t.BadAnswers, t.Retries)
+	items := fmt.Sprintf("%d total: %d queued, %d duplicate, %d failed, %d not acknowledged", t.Items, t.Queued, t.Duplicate, t.FailedItems, t.ErrorItems)
+	if t.Buffered > 0 {
+		items += fmt.Sprintf("; %d buffered (upstream Queen's failover file after a database error: not stored yet, not in msgs/s)", t.Buffered)
+	}
+	p("items       %s", items)
+	errBodies := ""
+	if t.ErrorBodies > 0 {
+		errBodies = fmt.Sprintf(", %d 2xx answers carrying an error object", t.ErrorBodies)
+	}
+	p("pushes      %d total: %d answered with verdicts%s, %s%s, %d without an answer, %d bad answers, %d retries",
+		t.Pushes, t.OKPushes, fmtCodes(t.OKStatuses, " (", ")"), fmtHTTPErrors(t.HTTPErrors), errBodies, t.NetworkErrors, t.BadAnswers, t.Retries)
+	if t.NetworkErrors > 0 || len(r.Outages) > 0 {
+		p("no answer   %s", r.unreachableText())
+	}
 	if c.DupRatio > 0 || t.FreshDuplicate > 0 {
 		p("dedup       %d resent pushes (%d items: %d duplicate, %d queued again); %d fresh items answered duplicate (+%d after a retry)",
 			t.ResentPushes, t.ResentItems, t.ResentDuplicate, t.ResentQueued, t.FreshDuplicate, t.FreshDuplicateRetry)
@@ -171,13 +192,16 @@ func (r *Report) WriteText(w io.Writer) {
 		p("schedule    %d pushes planned, %d never sent (backlog at the end), max send lag %s ms", r.Planned, r.Unsent, fmtMs(r.MaxLagMs))
 	}
 	l := &r.Latency
-	p("latency ms  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s  (%d pushes answered 201)",
+	p("latency ms  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s  (%d pushes answered with verdicts)",
 		fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), fmtMs(l.Mean), l.Count)
 	if e := &r.ErrorLatency; e.Count > 0 {
-		p("errors ms   p50 %s  p99 %s  max %s  (%d pushes not answered 201)", fmtMs(e.P50), fmtMs(e.P99), fmtMs(e.Max), e.Count)
+		p("errors ms   p50 %s  p99 %s  max %s  (%d pushes without verdicts)", fmtMs(e.P50), fmtMs(e.P99), fmtMs(e.Max), e.Count)
 	}
 	if t.LastError != "" {
 		p("last error  %s", t.LastError)
+	}
+	for _, n := range r.Notes {
+		p("note        %s", n)
 	}
 	b := &r.Broker
 	if b.PID > 0 {
@@ -189,21 +213,46 @@ func (r *Report) WriteText(w io.Writer) {
 }
 
 func fmtHTTPErrors(m map[int]int64) string {
-	if len(m) == 0 {
-		return "0 HTTP errors"
-	}
-	codes := make([]int, 0, len(m))
 	var n int64
-	for k, v := range m {
-		codes = append(codes, k)
+	for _, v := range m {
 		n += v
 	}
-	sort.Ints(codes)
-	parts := make([]string, len(codes))
-	for i, k := range codes {
-		parts[i] = fmt.Sprintf("%d×%d", m[k], k)
+	return fmt.Sprintf("%d HTTP errors%s", n, fmtCodes(m, " (", ")"))
+}
+
+// fmtCodes renders counts by key, sorted: "3×500, 2×503" between pre and
+// post, or "" when there are none.
+func fmtCodes[K cmp.Ordered](m map[K]int64, pre, post string) string {
+	if len(m) == 0 {
+		return ""
 	}
-	return fmt.Sprintf("%d HTTP errors (%s)", n, strings.Join(parts, ", "))
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d×%v", m[k], k)
+	}
+	return pre + strings.Join(parts, ", ") + post
+}
+
+// unreachableText says how often and how long the broker gave no answer.
+func (r *Report) unreachableText() string {
+	t := &r.Totals
+	s := fmt.Sprintf("%d pushes got no answer%s", t.NetworkErrors, fmtCodes(t.NetworkErrorKinds, " (", ")"))
+	if len(r.Outages) == 0 {
+		return s
+	}
+	longest := r.Outages[0]
+	for _, o := range r.Outages {
+		if o.Seconds() > longest.Seconds() {
+			longest = o
+		}
+	}
+	s += fmt.Sprintf("; broker unreachable for %.1f s: longest stretch without any answer %.1f s, from %.1f s to %.1f s of the run (%d stretches in all)",
+		r.UnreachableSeconds, longest.Seconds(), longest.FromS, longest.ToS, len(r.Outages))
+	if r.Outages[len(r.Outages)-1].UntilEnd {
+		s += ", still unreachable at the end"
+	}
+	return s + fmt.Sprintf("; each connection backed off up to %s", r.Config.MaxBackoff)
 }
 
 // ProgressLine is the live line printed once a second.
@@ -212,6 +261,13 @@ func ProgressLine(p Point, all Totals) string {
 	if p.Warmup {
 		w = " warmup"
 	}
-	return fmt.Sprintf("[%5.1fs%s] %7s msgs/s %6s pushes/s p99 %7s ms | queued=%d duplicate=%d errors=%d",
+	line := fmt.Sprintf("[%5.1fs%s] %7s msgs/s %6s pushes/s p99 %7s ms | queued=%d duplicate=%d errors=%d",
 		p.T, w, fmtNum(p.MsgsPerSec), fmtNum(p.PushesPerSec), fmtMs(p.P99Ms), all.Queued, all.Duplicate, all.Errors())
+	switch {
+	case p.NoAnswer > 0 && p.NoAnswer == p.Pushes:
+		line += fmt.Sprintf(" | broker unreachable: no answer to %d pushes", p.NoAnswer)
+	case p.NoAnswer > 0:
+		line += fmt.Sprintf(" | %d pushes without an answer", p.NoAnswer)
+	}
+	return line
 }

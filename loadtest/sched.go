@@ -112,5 +112,15 @@ func (s *Scheduler) Planned() int64 {
 	return int64((d + s.interval - 1) / s.interval)
 }
 
+// Pause waits d, or until the end of the run if that comes first, and
+// reports whether the run is still on.
+func (s *Scheduler) Pause(d time.Duration) bool {
+	d = min(d, s.end.Sub(s.clock.Now()))
+	if d > 0 && !s.stopped.Load() {
+		s.clock.Sleep(d)
+	}
+	return s.clock.Now().Before(s.end) && !s.stopped.Load()
+}
+
 // Stop ends the schedule early: every later Acquire returns false.
 func (s *Scheduler) Stop() { s.stopped.Store(true) }

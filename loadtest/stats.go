@@ -1,8 +1,12 @@
 package main
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/regina-mq/regina/internal/pushanswer"
 )
 
 // PushResult is one push as the worker saw it, after retries.
@@ -20,23 +24,36 @@ type PushResult struct {
 }
 
 // Totals are counters over a set of pushes. Item counters add up:
-// Items = Queued + Duplicate + ErrorItems.
+// Items = Queued + Duplicate + Buffered + ErrorItems.
 type Totals struct {
-	Pushes    int64 `json:"pushes"`
-	OKPushes  int64 `json:"ok_pushes"`
-	Items     int64 `json:"items"`
-	Queued    int64 `json:"queued"`
-	Duplicate int64 `json:"duplicate"`
-	// FailedItems are items answered "failed" inside a 201.
+	Pushes int64 `json:"pushes"`
+	// OKPushes are pushes answered 2xx with one verdict per item; OKStatuses
+	// counts them by status (Regina answers 201, upstream Queen 200).
+	OKPushes   int64         `json:"ok_pushes"`
+	OKStatuses map[int]int64 `json:"ok_statuses,omitempty"`
+	Items      int64         `json:"items"`
+	Queued     int64         `json:"queued"`
+	Duplicate  int64         `json:"duplicate"`
+	// Buffered are items upstream Queen answered "buffered": written to its
+	// local failover file because its database failed, not stored yet.
+	// They are neither acknowledged (not in msgs/s) nor errors.
+	Buffered int64 `json:"buffered"`
+	// FailedItems are items answered "failed" (or an unknown status).
 	FailedItems int64 `json:"failed_items"`
 	// ErrorItems are items not acknowledged: FailedItems plus every item of
-	// a push whose final answer was not a usable 201.
+	// a push whose final answer held no verdict for it.
 	ErrorItems int64 `json:"error_items"`
-	// HTTPErrors counts pushes whose final answer was not 201, by status.
-	HTTPErrors    map[int]int64 `json:"http_errors"`
-	NetworkErrors int64         `json:"network_errors"`
-	// BadAnswers counts 201 answers that could not be read or had the wrong
-	// number of results.
+	// HTTPErrors counts pushes whose final answer was not 2xx, by status.
+	HTTPErrors map[int]int64 `json:"http_errors"`
+	// ErrorBodies counts 2xx answers carrying an error object instead of
+	// verdicts (upstream Queen sends its failed pushes as 200).
+	ErrorBodies int64 `json:"error_bodies"`
+	// NetworkErrors counts pushes that got no answer at all, by kind in
+	// NetworkErrorKinds (connection refused, reset, ...).
+	NetworkErrors     int64            `json:"network_errors"`
+	NetworkErrorKinds map[string]int64 `json:"network_error_kinds,omitempty"`
+	// BadAnswers counts 2xx answers that could not be read or had the wrong
+	// number of verdicts.
 	BadAnswers int64 `json:"bad_answers"`
 	Retries    int64 `json:"retries"`
 	// Duplicate-storm bookkeeping: resent pushes and how their items were
@@ -51,44 +68,64 @@ type Totals struct {
 	LastError           string `json:"last_error,omitempty"`
 }
 
+// counted reports whether an answer's item verdicts count: a usable 2xx,
+// or a malformed one as far as it could be read, unless it holds more
+// verdicts than items were pushed (then none of them is believed).
+func counted(o *PushOutcome, items int) bool {
+	if o.Kind != pushanswer.OK && o.Kind != pushanswer.Malformed {
+		return false
+	}
+	return o.Queued+o.Duplicate+o.Buffered+o.Failed <= items
+}
+
+func bump[K comparable](m *map[K]int64, k K) {
+	if *m == nil {
+		*m = map[K]int64{}
+	}
+	(*m)[k]++
+}
+
 func (t *Totals) add(r *PushResult) {
 	t.Pushes++
 	t.Items += int64(r.Items)
 	t.Retries += int64(r.Retries)
 	o := &r.Final
-	switch {
-	case o.Status == 0:
+	switch o.Kind {
+	case pushanswer.OK:
+		t.OKPushes++
+		bump(&t.OKStatuses, o.Status)
+	case pushanswer.NoAnswer:
 		t.NetworkErrors++
-	case o.Status != 201:
-		if t.HTTPErrors == nil {
-			t.HTTPErrors = map[int]int64{}
-		}
-		t.HTTPErrors[o.Status]++
-	case o.Err != nil:
+		bump(&t.NetworkErrorKinds, netErrorKind(o.Err))
+	case pushanswer.HTTPError:
+		bump(&t.HTTPErrors, o.Status)
+	case pushanswer.ErrorBody:
+		t.ErrorBodies++
+	case pushanswer.Malformed:
 		t.BadAnswers++
 	}
 	if o.Err != nil {
 		t.LastError = o.Err.Error()
 	}
-	acked := int64(0)
-	if o.Status == 201 {
-		t.OKPushes++
+	ok := counted(o, r.Items)
+	t.ErrorItems += int64(r.Items)
+	if ok {
 		t.Queued += int64(o.Queued)
 		t.Duplicate += int64(o.Duplicate)
+		t.Buffered += int64(o.Buffered)
 		t.FailedItems += int64(o.Failed)
-		acked = int64(o.Queued + o.Duplicate)
+		t.ErrorItems -= int64(o.Queued + o.Duplicate + o.Buffered)
 	}
-	t.ErrorItems += int64(r.Items) - acked
 	if r.Resent {
 		t.ResentPushes++
 		t.ResentItems += int64(r.Items)
-		if o.Status == 201 {
+		if ok {
 			t.ResentQueued += int64(o.Queued)
 			t.ResentDuplicate += int64(o.Duplicate)
 		}
 	} else {
 		t.FreshItems += int64(r.Items)
-		if o.Status == 201 {
+		if ok {
 			if r.Retries > 0 {
 				// A retried push may have been committed by an attempt
 				// whose answer was lost: duplicates are expected then.
@@ -116,30 +153,51 @@ type Point struct {
 	P50Ms        float64 `json:"p50_ms"`
 	P99Ms        float64 `json:"p99_ms"`
 	MaxMs        float64 `json:"max_ms"`
+	Pushes       int64   `json:"pushes"`
 	Queued       int64   `json:"queued"`
 	Duplicate    int64   `json:"duplicate"`
 	Errors       int64   `json:"errors"`
+	// NoAnswer counts the point's pushes that got no answer at all
+	// (connection refused, reset, ...).
+	NoAnswer int64 `json:"no_answer"`
 	// Broker process figures sampled at the end of the second, when known.
 	RSSMiB   *float64 `json:"rss_mib,omitempty"`
 	CPUCores *float64 `json:"cpu_cores,omitempty"`
 }
 
 type secondAcc struct {
-	pushes, items             int64
+	pushes, items, noAnswer   int64
 	queued, duplicate, errors int64
 	hist                      *Histogram
 }
 
 func (a *secondAcc) reset() {
-	a.pushes, a.items, a.queued, a.duplicate, a.errors = 0, 0, 0, 0, 0
+	a.pushes, a.items, a.noAnswer, a.queued, a.duplicate, a.errors = 0, 0, 0, 0, 0, 0
 	a.hist.Reset()
 }
 
+// Outage is a stretch of the run in which pushes got no answer at all: it
+// begins with the first push that failed on its connection after the last
+// answered one, and ends with the next answer (of any status) or with the
+// run.
+type Outage struct {
+	// FromS and ToS are seconds since the start of the run.
+	FromS float64 `json:"from_s"`
+	ToS   float64 `json:"to_s"`
+	// Failures counts the pushes that got no answer within it.
+	Failures int64 `json:"failures"`
+	// UntilEnd marks an outage still going on when the run ended.
+	UntilEnd bool `json:"until_end,omitempty"`
+}
+
+// Seconds is the outage's length.
+func (o Outage) Seconds() float64 { return o.ToS - o.FromS }
+
 // Recorder collects push results from all workers: totals over the whole
 // run and over the measured window (pushes sent at or after the end of the
-// warmup), a latency histogram of the measured 201 pushes, and a time
-// series with one point per second of completion time. Safe for concurrent
-// use.
+// warmup), a latency histogram of the measured pushes answered with
+// verdicts, a time series with one point per second of completion time,
+// and the outages (stretches without any answer). Safe for concurrent use.
 type Recorder struct {
 	mu        sync.Mutex
 	start     time.Time
@@ -147,8 +205,12 @@ type Recorder struct {
 
 	all      Totals
 	measured Totals
-	hist     *Histogram // measured pushes answered 201
-	errHist  *Histogram // measured pushes not answered 201
+	hist     *Histogram // measured pushes answered 2xx with verdicts
+	errHist  *Histogram // the other measured pushes
+
+	downSince time.Time // first push without an answer since the last answer; zero when none
+	downFails int64
+	outages   []Outage
 
 	cur      secondAcc
 	curSec   int // index of the second cur accumulates
@@ -190,7 +252,7 @@ func (r *Recorder) Record(res *PushResult) {
 		r.lastDone = res.Done
 	}
 	r.all.add(res)
-	ok := res.Final.OK()
+	ok := res.Final.Kind == pushanswer.OK
 	if !res.Slot.Intended.Before(r.warmupEnd) {
 		r.measured.add(res)
 		if ok {
@@ -202,16 +264,45 @@ func (r *Recorder) Record(res *PushResult) {
 	a := &r.cur
 	a.pushes++
 	a.items += int64(res.Items)
-	acked := int64(0)
-	if res.Final.Status == 201 {
+	a.errors += int64(res.Items)
+	if counted(&res.Final, res.Items) {
 		a.queued += int64(res.Final.Queued)
 		a.duplicate += int64(res.Final.Duplicate)
-		acked = int64(res.Final.Queued + res.Final.Duplicate)
+		a.errors -= int64(res.Final.Queued + res.Final.Duplicate + res.Final.Buffered)
 	}
-	a.errors += int64(res.Items) - acked
 	if ok {
 		a.hist.Record(lat)
 	}
+	r.trackOutage(res)
+}
+
+// trackOutage opens an outage at a push without an answer and closes it at
+// the next answer completed after it began (workers report out of order by
+// a few microseconds, so an answer from before the outage closes nothing).
+// Caller holds mu.
+func (r *Recorder) trackOutage(res *PushResult) {
+	if res.Final.Kind == pushanswer.NoAnswer {
+		r.cur.noAnswer++
+		if r.downSince.IsZero() {
+			r.downSince = res.Done
+		}
+		r.downFails++
+		return
+	}
+	if !r.downSince.IsZero() && !res.Done.Before(r.downSince) {
+		r.closeOutage(res.Done, false)
+	}
+}
+
+func (r *Recorder) closeOutage(end time.Time, untilEnd bool) {
+	if end.Before(r.downSince) {
+		end = r.downSince
+	}
+	r.outages = append(r.outages, Outage{
+		FromS: r.downSince.Sub(r.start).Seconds(), ToS: end.Sub(r.start).Seconds(),
+		Failures: r.downFails, UntilEnd: untilEnd,
+	})
+	r.downSince, r.downFails = time.Time{}, 0
 }
 
 // rollTo closes every second before sec. Caller holds mu.
@@ -229,14 +320,16 @@ func (r *Recorder) point(end, span float64) Point {
 		T:            end,
 		Span:         span,
 		Warmup:       !r.start.Add(time.Duration(end * float64(time.Second))).After(r.warmupEnd),
-		MsgsPerSec:   float64(a.items-a.errors) / span,
+		MsgsPerSec:   float64(a.queued+a.duplicate) / span,
 		PushesPerSec: float64(a.pushes) / span,
 		P50Ms:        ms(a.hist.Quantile(0.50)),
 		P99Ms:        ms(a.hist.Quantile(0.99)),
 		MaxMs:        ms(a.hist.Max()),
+		Pushes:       a.pushes,
 		Queued:       a.queued,
 		Duplicate:    a.duplicate,
 		Errors:       a.errors,
+		NoAnswer:     a.noAnswer,
 	}
 	return p
 }
@@ -254,10 +347,14 @@ func (r *Recorder) Roll(now time.Time) []Point {
 }
 
 // Finish closes the series at end, including a last partial second when it
-// saw any push, and returns the last completion time.
+// saw any push, and an outage still going on, and returns the last
+// completion time.
 func (r *Recorder) Finish(end time.Time) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.downSince.IsZero() {
+		r.closeOutage(end, true)
+	}
 	r.rollTo(r.secondOf(end))
 	span := end.Sub(r.start).Seconds() - float64(r.curSec)
 	if r.cur.pushes > 0 && span > 0.001 {
@@ -290,6 +387,13 @@ func (r *Recorder) Snapshot() (all, measured Totals, hist, errHist *Histogram, s
 	return copyTotals(r.all), copyTotals(r.measured), hist, errHist, append([]Point(nil), r.series...), r.lastDone
 }
 
+// Outages returns the stretches of the run without any answer.
+func (r *Recorder) Outages() []Outage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.outages)
+}
+
 // AllTotals returns a copy of the whole-run totals.
 func (r *Recorder) AllTotals() Totals {
 	r.mu.Lock()
@@ -298,13 +402,9 @@ func (r *Recorder) AllTotals() Totals {
 }
 
 func copyTotals(t Totals) Totals {
-	if t.HTTPErrors != nil {
-		m := make(map[int]int64, len(t.HTTPErrors))
-		for k, v := range t.HTTPErrors {
-			m[k] = v
-		}
-		t.HTTPErrors = m
-	}
+	t.HTTPErrors = maps.Clone(t.HTTPErrors)
+	t.OKStatuses = maps.Clone(t.OKStatuses)
+	t.NetworkErrorKinds = maps.Clone(t.NetworkErrorKinds)
 	return t
 }
 

@@ -22,14 +22,15 @@ var allowed = map[string][]string{
 	"wire":                  {"actor", "partition", "metrics", "sqlstore"},
 	"cmd/regina":            {"actor", "cache", "metrics", "sqlstore", "wire"},
 	"bench":                 {},
-	"bench/compare":         {"partition", "sqlstore", "internal/chart", "internal/procstat"},
+	"bench/compare":         {"partition", "sqlstore", "internal/chart", "internal/procstat", "internal/pushanswer"},
 	// The load generator is an outside client: nothing of ours.
-	"loadtest": {"internal/chart", "internal/procstat"},
+	"loadtest": {"internal/chart", "internal/procstat", "internal/pushanswer"},
 	// The fault checker decodes stored segments.
-	"loadtest/faults":   {"partition"},
-	"internal/depcheck": {},
-	"internal/chart":    {},
-	"internal/procstat": {},
+	"loadtest/faults":     {"partition"},
+	"internal/depcheck":   {},
+	"internal/chart":      {},
+	"internal/procstat":   {},
+	"internal/pushanswer": {},
 	// Tests of the shell scripts: nothing of ours.
 	"scripts": {},
 }
