@@ -1,0 +1,237 @@
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Algorithm names accepted in JWT_ALGORITHM (matched case-insensitively).
+const (
+	HS256 = "HS256"
+	RS256 = "RS256"
+	EdDSA = "EdDSA"
+	// Auto accepts the algorithms of the keys configured: HS256 with
+	// JWT_SECRET, RS256 and/or EdDSA with JWT_PUBLIC_KEY (by its type) or
+	// JWT_JWKS_URL (both).
+	Auto = "auto"
+)
+
+// DefaultSkipPaths are the paths served without a token unless
+// JWT_SKIP_PATHS says otherwise (upstream's default).
+var DefaultSkipPaths = []string{"/health", "/metrics", "/metrics/prometheus", "/"}
+
+// Defaults of the settings that have one.
+const (
+	DefaultClockSkew           = 30 * time.Second
+	DefaultJWKSRefreshInterval = time.Hour
+	DefaultJWKSTimeout         = 5 * time.Second
+	DefaultJWKSMinRefresh      = 10 * time.Second
+	// MaxTokenBytes bounds a bearer token; a longer one is refused
+	// before it is parsed.
+	MaxTokenBytes = 16 << 10
+)
+
+// Config is the authentication configuration. FromEnv reads it from the
+// upstream environment variables; New validates it.
+type Config struct {
+	// Enabled switches authentication on (JWT_ENABLED, default false).
+	// Off, every route is open and nothing else here is used.
+	Enabled bool
+	// Algorithm is HS256, RS256, EdDSA or auto (JWT_ALGORITHM, default
+	// auto).
+	Algorithm string
+	// Secret is the HS256 shared secret (JWT_SECRET).
+	Secret []byte
+	// PublicKey is a PEM public key (PKIX "PUBLIC KEY", PKCS#1 "RSA PUBLIC
+	// KEY" or a "CERTIFICATE") for RS256 or EdDSA (JWT_PUBLIC_KEY). A
+	// literal "\n" in it is read as a newline, as env files often need.
+	PublicKey string
+	// JWKSURL is an http(s) JWKS endpoint for RS256/EdDSA keys
+	// (JWT_JWKS_URL).
+	JWKSURL string
+	// Issuer, when set, must equal the token's iss (JWT_ISSUER).
+	Issuer string
+	// Audience, when set, must be among the token's aud (JWT_AUDIENCE).
+	Audience string
+	// ClockSkew is the leeway on exp, nbf and iat (JWT_CLOCK_SKEW, in
+	// seconds or as a Go duration; default 30 s).
+	ClockSkew time.Duration
+	// SkipPaths are served without a token (JWT_SKIP_PATHS, comma
+	// separated; an entry ending in "*" is a prefix). Default
+	// DefaultSkipPaths; set but empty skips nothing.
+	SkipPaths []string
+	// JWKSRefreshInterval is the longest a cached JWKS is kept before it
+	// is fetched again (JWT_JWKS_REFRESH_INTERVAL, Regina's; default 1 h;
+	// a shorter Cache-Control max-age from the endpoint wins, down to one
+	// minute).
+	JWKSRefreshInterval time.Duration
+	// JWKSTimeout bounds one JWKS fetch and a request's wait for a fetch
+	// (JWT_JWKS_TIMEOUT, Regina's; default 5 s).
+	JWKSTimeout time.Duration
+	// JWKSMinRefresh is the least time between two fetches forced by
+	// tokens naming a key the cache does not hold, so that tokens with
+	// made-up key ids cannot hammer the endpoint (default 10 s; not an
+	// environment variable).
+	JWKSMinRefresh time.Duration
+}
+
+// FromEnv reads the configuration from the JWT_* environment variables
+// through lookup (os.LookupEnv). Every malformed value is reported, each
+// with its variable's name. Values that parse are checked against each
+// other by New.
+func FromEnv(lookup func(string) (string, bool)) (Config, error) {
+	c := Config{
+		Algorithm:           Auto,
+		ClockSkew:           DefaultClockSkew,
+		SkipPaths:           append([]string(nil), DefaultSkipPaths...),
+		JWKSRefreshInterval: DefaultJWKSRefreshInterval,
+		JWKSTimeout:         DefaultJWKSTimeout,
+		JWKSMinRefresh:      DefaultJWKSMinRefresh,
+	}
+	get := func(name string) (string, bool) {
+		v, ok := lookup(name)
+		return strings.TrimSpace(v), ok
+	}
+	var errs []error
+	if v, ok := get("JWT_ENABLED"); ok && v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("JWT_ENABLED=%q: want true or false", v))
+		}
+		c.Enabled = b
+	}
+	if v, ok := get("JWT_ALGORITHM"); ok && v != "" {
+		alg, err := parseAlgorithm(v)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.Algorithm = alg
+	}
+	if v, ok := lookup("JWT_SECRET"); ok {
+		c.Secret = []byte(v)
+	}
+	if v, ok := get("JWT_PUBLIC_KEY"); ok {
+		c.PublicKey = v
+	}
+	if v, ok := get("JWT_JWKS_URL"); ok {
+		c.JWKSURL = v
+	}
+	if v, ok := get("JWT_ISSUER"); ok {
+		c.Issuer = v
+	}
+	if v, ok := get("JWT_AUDIENCE"); ok {
+		c.Audience = v
+	}
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"JWT_CLOCK_SKEW", &c.ClockSkew},
+		{"JWT_JWKS_REFRESH_INTERVAL", &c.JWKSRefreshInterval},
+		{"JWT_JWKS_TIMEOUT", &c.JWKSTimeout},
+	} {
+		if v, ok := get(d.name); ok && v != "" {
+			dur, err := parseSeconds(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", d.name, v, err))
+				continue
+			}
+			*d.dst = dur
+		}
+	}
+	if v, ok := get("JWT_SKIP_PATHS"); ok {
+		c.SkipPaths = nil
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.SkipPaths = append(c.SkipPaths, p)
+			}
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+func parseAlgorithm(v string) (string, error) {
+	for _, a := range []string{HS256, RS256, EdDSA, Auto} {
+		if strings.EqualFold(v, a) {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("JWT_ALGORITHM=%q is not supported: use HS256, RS256, EdDSA or auto", v)
+}
+
+// parseSeconds reads whole seconds ("30") or a Go duration ("30s", "1m").
+func parseSeconds(v string) (time.Duration, error) {
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n > int64(365*24*time.Hour/time.Second) {
+			return 0, errors.New("too large")
+		}
+		d = time.Duration(n) * time.Second
+	} else {
+		d, err = time.ParseDuration(v)
+		if err != nil {
+			return 0, errors.New("want seconds (30) or a duration (30s)")
+		}
+	}
+	if d < 0 {
+		return 0, errors.New("must not be negative")
+	}
+	return d, nil
+}
+
+// check validates the parts of an enabled configuration that do not need
+// key material, and returns the settings' errors together.
+func (c Config) check() error {
+	var errs []error
+	switch c.Algorithm {
+	case HS256, RS256, EdDSA, Auto:
+	default:
+		errs = append(errs, fmt.Errorf("JWT_ALGORITHM=%q is not supported: use HS256, RS256, EdDSA or auto", c.Algorithm))
+	}
+	hasSecret, hasPEM, hasJWKS := len(c.Secret) > 0, c.PublicKey != "", c.JWKSURL != ""
+	switch c.Algorithm {
+	case HS256:
+		if !hasSecret {
+			errs = append(errs, errors.New("JWT_ALGORITHM=HS256 needs JWT_SECRET"))
+		}
+		if hasPEM || hasJWKS {
+			errs = append(errs, errors.New("JWT_ALGORITHM=HS256 never uses JWT_PUBLIC_KEY or JWT_JWKS_URL: unset them, or set JWT_ALGORITHM=auto"))
+		}
+	case RS256, EdDSA:
+		if !hasPEM && !hasJWKS {
+			errs = append(errs, fmt.Errorf("JWT_ALGORITHM=%s needs JWT_PUBLIC_KEY or JWT_JWKS_URL", c.Algorithm))
+		}
+		if hasSecret {
+			errs = append(errs, fmt.Errorf("JWT_ALGORITHM=%s never uses JWT_SECRET: unset it, or set JWT_ALGORITHM=auto", c.Algorithm))
+		}
+	case Auto:
+		if !hasSecret && !hasPEM && !hasJWKS {
+			errs = append(errs, errors.New("JWT_ENABLED=true needs a key: JWT_SECRET (HS256), JWT_PUBLIC_KEY or JWT_JWKS_URL (RS256, EdDSA)"))
+		}
+	}
+	if hasJWKS {
+		u, err := url.Parse(c.JWKSURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("JWT_JWKS_URL=%q: want an http(s) URL", c.JWKSURL))
+		}
+		if c.JWKSTimeout <= 0 {
+			errs = append(errs, errors.New("JWT_JWKS_TIMEOUT must be positive"))
+		}
+		if c.JWKSRefreshInterval <= 0 {
+			errs = append(errs, errors.New("JWT_JWKS_REFRESH_INTERVAL must be positive"))
+		}
+	}
+	for _, p := range c.SkipPaths {
+		if !strings.HasPrefix(p, "/") {
+			errs = append(errs, fmt.Errorf("JWT_SKIP_PATHS entry %q: a path starts with /", p))
+		}
+	}
+	if c.ClockSkew < 0 {
+		errs = append(errs, errors.New("JWT_CLOCK_SKEW must not be negative"))
+	}
+	return errors.Join(errs...)
+}
