@@ -105,8 +105,33 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 			return fmt.Errorf("migrate %s: record %s: %w", schema, m.name, err)
 		}
 	}
+	if err := jitOff(ctx, tx, schema); err != nil {
+		return err
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrate %s: commit: %w", schema, err)
+	}
+	return nil
+}
+
+// jitOff sets jit = off on every function of the schema that lacks it, so
+// that the statements inside them are never JIT-compiled, whoever calls them
+// and whatever the server's and the session's settings (see Open).
+func jitOff(ctx context.Context, tx pgx.Tx, schema string) error {
+	rows, err := tx.Query(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc p
+		WHERE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)
+		  AND NOT coalesce(p.proconfig, '{}') @> '{jit=off}'`, schema)
+	if err != nil {
+		return fmt.Errorf("migrate %s: list functions: %w", schema, err)
+	}
+	fns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("migrate %s: list functions: %w", schema, err)
+	}
+	for _, f := range fns {
+		if _, err := tx.Exec(ctx, "ALTER FUNCTION "+f+" SET jit = off"); err != nil {
+			return fmt.Errorf("migrate %s: jit off for %s: %w", schema, f, err)
+		}
 	}
 	return nil
 }

@@ -34,6 +34,23 @@ var (
 	ErrUnavailable = errors.New("database unavailable")
 )
 
+// sessionSettings are set on every connection of the pool, whatever the
+// server's (postgresql.conf, ALTER DATABASE/ROLE) and the URL's settings.
+//
+//   - jit: PostgreSQL compiles a plan at every execution whose estimated cost
+//     crosses jit_above_cost, and once the tables are large the push probe's
+//     estimate does: tens of ms (seconds, past jit_optimize_above_cost) of
+//     LLVM work per push, for statements that run in microseconds to a few
+//     ms. The functions carry jit = off too (see Migrate), for callers that
+//     are not this pool.
+//   - default_transaction_isolation: queen.push_segment relies on READ
+//     COMMITTED (each statement after the row lock takes a fresh snapshot);
+//     statements that need more ask for it explicitly.
+var sessionSettings = map[string]string{
+	"jit":                           "off",
+	"default_transaction_isolation": "read committed",
+}
+
 // Config configures a Store.
 type Config struct {
 	// URL is the PostgreSQL connection string (URL or key=value form).
@@ -75,6 +92,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	pcfg.MaxConns = cfg.MaxConns
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "regina"
+	for k, v := range sessionSettings {
+		if got, ok := pcfg.ConnConfig.RuntimeParams[k]; ok && got != v {
+			cfg.Logger.Warn().Str("setting", k).Str("asked", got).Str("used", v).
+				Msg("the database URL sets a PostgreSQL setting that Regina's connections override")
+		}
+		pcfg.ConnConfig.RuntimeParams[k] = v
+	}
 	if cfg.StatementTimeout > 0 {
 		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(cfg.StatementTimeout.Milliseconds())
 	}

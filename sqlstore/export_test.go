@@ -1,0 +1,29 @@
+package sqlstore
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Observed returns a Store that works like s on a pool of its own whose
+// connections are made exactly as s's are (same configuration and runtime
+// parameters), then run setup, and hand every server notice to onNotice. It
+// lets tests watch what PostgreSQL does with the broker's statements (for
+// example with auto_explain). The pool is closed when s's test ends through
+// the returned close function.
+func (s *Store) Observed(ctx context.Context, setup func(context.Context, *pgx.Conn) error,
+	onNotice func(*pgconn.Notice)) (*Store, func(), error) {
+	cfg := s.pool.Config()
+	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { onNotice(n) }
+	cfg.AfterConnect = setup
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	o := *s
+	o.pool = pool
+	return &o, pool.Close, nil
+}
