@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/regina-mq/regina/partition"
-	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 var errRetired = errors.New("actor retired")
@@ -37,9 +37,9 @@ type actor struct {
 	retired bool
 
 	// owned by the actor goroutine
-	ref      sqlstore.PartitionRef
+	ref      reginatype.PartitionRef
 	resolved bool
-	batch    sqlstore.PushBatch
+	batch    reginatype.PushBatch
 	scratch  scratch
 }
 
@@ -75,7 +75,7 @@ func (a *actor) enqueue(g *Group) error {
 	}
 	cfg := &a.reg.cfg
 	if a.items > 0 && (a.items+len(g.Items) > cfg.MailboxMaxItems || a.bytes+g.bytes > cfg.MailboxMaxBytes) {
-		return ErrMailboxFull
+		return reginatype.ErrMailboxFull
 	}
 	wasEmpty := len(a.mailbox) == 0
 	a.mailbox = append(a.mailbox, g)
@@ -232,12 +232,12 @@ func (a *actor) push(ctx context.Context, groups []*Group) error {
 			a.ref.WindowSeconds = res.WindowSeconds
 			a.answer(groups, &res)
 			return nil
-		case errors.Is(err, sqlstore.ErrPartitionMissing):
+		case errors.Is(err, reginatype.ErrPartitionMissing):
 			// The queue was deleted (maybe through another broker): its
 			// partition id is never used again.
 			a.reg.cache.Forget(a.ref.ID)
 			a.resolved = false
-		case errors.Is(err, sqlstore.ErrWindowChanged):
+		case errors.Is(err, reginatype.ErrWindowChanged):
 			a.ref.WindowSeconds = res.WindowSeconds
 		default:
 			// Nothing learned: the outcome may be unknown (a segment may
@@ -257,7 +257,7 @@ func (a *actor) buildBatch(groups []*Group) {
 	b.Reset()
 	b.Partition = a.ref.ID
 	b.WindowHint = a.ref.WindowSeconds
-	b.Watermark = sqlstore.NoWatermark
+	b.Watermark = reginatype.NoWatermark
 	s.hashes = s.hashes[:0]
 	now := time.Now().UnixMicro()
 	li := 0
@@ -281,7 +281,7 @@ func (a *actor) buildBatch(groups []*Group) {
 }
 
 // answer turns the transaction's result into per-item results.
-func (a *actor) answer(groups []*Group, res *sqlstore.PushResult) {
+func (a *actor) answer(groups []*Group, res *reginatype.PushResult) {
 	s := &a.scratch
 	// Leaders found in the window: duplicate, with the original's id.
 	for k, bi := range res.DupIndex {

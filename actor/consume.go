@@ -6,27 +6,8 @@ import (
 	"time"
 
 	"github.com/regina-mq/regina/partition"
-	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/reginatype"
 )
-
-// Consume-side types, re-exported so that package wire needs only actor.
-type (
-	// PopRequest asks for messages; see sqlstore.PopRequest.
-	PopRequest = sqlstore.PopRequest
-	// PopResult is what a pop delivered.
-	PopResult = sqlstore.PopResult
-	// AckItem is one acknowledgement.
-	AckItem = sqlstore.AckItem
-	// AckResult is the outcome of one acknowledgement.
-	AckResult = sqlstore.AckResult
-	// DLQFilter selects dead letters.
-	DLQFilter = sqlstore.DLQFilter
-	// DeadLetter is one dead letter.
-	DeadLetter = sqlstore.DeadLetter
-)
-
-// QueueModeGroup is the consumer group used when a pop or ack names none.
-const QueueModeGroup = sqlstore.QueueModeGroup
 
 // Long-poll re-check schedule: an in-process push wakes a waiting pop at
 // once; pushes through other brokers are seen by re-checking, starting at
@@ -74,7 +55,7 @@ func (p *pushSignals) notify(queue string) {
 // push to the queue and tries again (woken at once by a push through this
 // broker; pushes through other brokers are seen within pollMax), returning
 // empty when the time is up or ctx ends.
-func (r *Registry) Pop(ctx context.Context, req PopRequest, wait time.Duration) (PopResult, error) {
+func (r *Registry) Pop(ctx context.Context, req reginatype.PopRequest, wait time.Duration) (reginatype.PopResult, error) {
 	deadline := time.Now().Add(wait)
 	backoff := pollMin
 	for {
@@ -106,7 +87,7 @@ func (r *Registry) Pop(ctx context.Context, req PopRequest, wait time.Duration) 
 }
 
 // Ack applies acknowledgements for a consumer group.
-func (r *Registry) Ack(ctx context.Context, group string, items []AckItem) ([]AckResult, error) {
+func (r *Registry) Ack(ctx context.Context, group string, items []reginatype.AckItem) ([]reginatype.AckResult, error) {
 	return r.store.Ack(ctx, group, items)
 }
 
@@ -116,7 +97,7 @@ func (r *Registry) ExtendLease(ctx context.Context, id partition.UUID, seconds i
 }
 
 // ListDLQ lists dead letters and the total matching.
-func (r *Registry) ListDLQ(ctx context.Context, f DLQFilter) ([]DeadLetter, int64, error) {
+func (r *Registry) ListDLQ(ctx context.Context, f reginatype.DLQFilter) ([]reginatype.DeadLetter, int64, error) {
 	return r.store.ListDLQ(ctx, f)
 }
 
@@ -135,16 +116,10 @@ func (r *Registry) SetSubscription(ctx context.Context, group string, at time.Ti
 	return r.store.SetSubscription(ctx, group, at)
 }
 
-// Replayed is one message replayed out of the DLQ.
-type Replayed = sqlstore.Replayed
-
-// ErrNotInDLQ means a replay found no matching dead letter.
-var ErrNotInDLQ = sqlstore.ErrNotInDLQ
-
 // ReplayDLQ puts dead letters back into their partition as new messages,
 // bypassing deduplication (see sqlstore.Store.ReplayDLQ), and wakes
 // long-polling consumers of the queue.
-func (r *Registry) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID, group string) ([]Replayed, error) {
+func (r *Registry) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID, group string) ([]reginatype.Replayed, error) {
 	queue, out, err := r.store.ReplayDLQ(ctx, partitionID, txID, group)
 	if err == nil {
 		r.signals.notify(queue)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/regina-mq/regina/cache"
 	"github.com/regina-mq/regina/partition"
-	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // Dedup cache integration. The actor asks the cache for a probe watermark
@@ -191,7 +191,7 @@ func (r *Registry) hydrate(p partition.UUID, tok cache.HydrateToken) {
 	res, err := r.store.LoadHydration(ctx, p, h.maxHashes)
 	if err != nil {
 		r.cache.AbortHydrate(tok)
-		if h.ctx.Err() != nil || errors.Is(err, sqlstore.ErrPartitionMissing) {
+		if h.ctx.Err() != nil || errors.Is(err, reginatype.ErrPartitionMissing) {
 			h.aborted.Add(1)
 			return
 		}
@@ -229,7 +229,7 @@ func (r *Registry) closeHydrations() {
 // and starts a hydration when the cache cannot vouch for the partition.
 func (a *actor) watermark() int64 {
 	if a.ref.WindowSeconds <= 0 {
-		return sqlstore.NoWatermark
+		return reginatype.NoWatermark
 	}
 	w, reason := a.reg.cache.Watermark(a.ref.ID, a.ref.WindowSeconds, a.scratch.hashes)
 	if needsHydration(reason) {
@@ -240,7 +240,7 @@ func (a *actor) watermark() int64 {
 
 // learn teaches the cache the segment a push wrote: the hashes of the stored
 // leaders (the batch minus the duplicates SQL found), in frame order.
-func (a *actor) learn(res *sqlstore.PushResult) {
+func (a *actor) learn(res *reginatype.PushResult) {
 	if res.FirstOffset < 0 {
 		return // every item was a duplicate: nothing was written
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/partition"
-	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // Metrics recording of the push path. actor.go calls these as one-liners;
@@ -17,7 +17,7 @@ import (
 func (r *Registry) Metrics() *metrics.Metrics { return r.cfg.Metrics }
 
 // storePush runs the push transaction of a.batch and records its latency.
-func (a *actor) storePush(ctx context.Context) (sqlstore.PushResult, error) {
+func (a *actor) storePush(ctx context.Context) (reginatype.PushResult, error) {
 	start := time.Now()
 	res, err := a.reg.store.Push(ctx, &a.batch)
 	a.reg.cfg.Metrics.ObservePushTransaction(time.Since(start))
@@ -28,7 +28,7 @@ func (a *actor) storePush(ctx context.Context) (sqlstore.PushResult, error) {
 // (a duplicate answered with the zero UUID is duplicate_unknown_original),
 // and for each duplicate the probe found, the age of its original (from the
 // original's stored time to this transaction's).
-func (a *actor) observeAnswer(groups []*Group, res *sqlstore.PushResult) {
+func (a *actor) observeAnswer(groups []*Group, res *reginatype.PushResult) {
 	m := a.reg.cfg.Metrics
 	q := m.ForQueue(a.queue)
 	var queued, dup, unknown int

@@ -12,6 +12,7 @@ import (
 	"github.com/regina-mq/regina/cache"
 	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
 )
 
@@ -19,7 +20,7 @@ import (
 type Config struct {
 	// MailboxMaxItems bounds the items waiting in one partition's mailbox
 	// (default 10000). A group that would cross it is refused with
-	// ErrMailboxFull, unless the mailbox is empty (a single large push is
+	// reginatype.ErrMailboxFull, unless the mailbox is empty (a single large push is
 	// always accepted; the HTTP body limit bounds it).
 	MailboxMaxItems int
 	// MailboxMaxBytes bounds the payload bytes waiting in one mailbox
@@ -160,7 +161,7 @@ type Group struct {
 	// PartitionID is the partition the group was written to.
 	PartitionID partition.UUID
 	// Err is set when the group as a whole failed; no item of it was written,
-	// or (sqlstore.ErrOutcomeUnknown) the outcome is unknown.
+	// or (reginatype.ErrOutcomeUnknown) the outcome is unknown.
 	Err error
 
 	bytes int
@@ -195,7 +196,7 @@ func (r *Registry) submit(g *Group) error {
 		r.mu.Lock()
 		if r.closing {
 			r.mu.Unlock()
-			return ErrShuttingDown
+			return reginatype.ErrShuttingDown
 		}
 		a := r.actors[k]
 		if a == nil {
@@ -209,7 +210,7 @@ func (r *Registry) submit(g *Group) error {
 		if err == errRetired {
 			continue // it retired between lookup and enqueue: start a new one
 		}
-		if err == ErrMailboxFull {
+		if err == reginatype.ErrMailboxFull {
 			r.mailboxFull.Add(1)
 		}
 		return err
@@ -286,14 +287,8 @@ func (r *Registry) Ping(ctx context.Context) error { return r.store.Ping(ctx) }
 // PoolStats returns the database pool's figures.
 func (r *Registry) PoolStats() sqlstore.PoolStats { return r.store.PoolStats() }
 
-// ConfiguredQueue is the result of Configure.
-type ConfiguredQueue = sqlstore.ConfiguredQueue
-
-// QueueSummary is one queue of ListQueues.
-type QueueSummary = sqlstore.QueueSummary
-
 // Configure fully replaces a queue's options (creating it when missing).
-func (r *Registry) Configure(ctx context.Context, queue, namespace, task string, o partition.QueueOptions) (ConfiguredQueue, error) {
+func (r *Registry) Configure(ctx context.Context, queue, namespace, task string, o partition.QueueOptions) (reginatype.ConfiguredQueue, error) {
 	return r.store.Configure(ctx, queue, namespace, task, o)
 }
 
@@ -309,6 +304,6 @@ func (r *Registry) DeleteQueue(ctx context.Context, queue string) (bool, error) 
 }
 
 // ListQueues lists every queue.
-func (r *Registry) ListQueues(ctx context.Context) ([]QueueSummary, error) {
+func (r *Registry) ListQueues(ctx context.Context) ([]reginatype.QueueSummary, error) {
 	return r.store.ListQueues(ctx)
 }

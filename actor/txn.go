@@ -4,25 +4,8 @@ import (
 	"context"
 
 	"github.com/regina-mq/regina/partition"
-	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/reginatype"
 )
-
-// Transaction types, re-exported for package wire.
-type (
-	// TxnPush is one push item of a transaction.
-	TxnPush = sqlstore.TxnPush
-	// TxnAck is one ack of a transaction.
-	TxnAck = sqlstore.TxnAck
-	// TxnResult is what a committed transaction did.
-	TxnResult = sqlstore.TxnResult
-	// DuplicateError aborts a transaction that repeats a stored transaction id.
-	DuplicateError = sqlstore.DuplicateError
-	// TxnAckError aborts a transaction whose ack failed.
-	TxnAckError = sqlstore.TxnAckError
-)
-
-// ErrLeaseNotLive aborts a transaction whose required lease is not live.
-var ErrLeaseNotLive = sqlstore.ErrLeaseNotLive
 
 // Transaction runs pushes and acks atomically (see
 // sqlstore.Store.Transaction). It runs beside the partition actors, not
@@ -33,7 +16,7 @@ var ErrLeaseNotLive = sqlstore.ErrLeaseNotLive
 // then starts past a hole and the cache drops and re-hydrates that
 // partition rather than extend K across offsets it never saw. Long-polling
 // consumers of the queues written are woken.
-func (r *Registry) Transaction(ctx context.Context, pushes []TxnPush, acks []TxnAck, leases []partition.UUID) (TxnResult, error) {
+func (r *Registry) Transaction(ctx context.Context, pushes []reginatype.TxnPush, acks []reginatype.TxnAck, leases []partition.UUID) (reginatype.TxnResult, error) {
 	res, err := r.store.Transaction(ctx, pushes, acks, leases)
 	if err != nil {
 		return res, err

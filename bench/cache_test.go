@@ -15,6 +15,7 @@ import (
 	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/cache"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
@@ -51,7 +52,7 @@ const (
 // in rows of cacheBenchSegment, created 30 minutes ago (inside the default
 // one-hour window), without segments. The GIN index is rebuilt after the
 // load, which is much faster than maintaining it row by row.
-func preloadWindow(b *testing.B, st *sqlstore.Store, ref sqlstore.PartitionRef, n int) {
+func preloadWindow(b *testing.B, st *sqlstore.Store, ref reginatype.PartitionRef, n int) {
 	b.Helper()
 	ctx := context.Background()
 	pool := sqlstoretest.Pool(b)
@@ -91,7 +92,7 @@ func preloadWindow(b *testing.B, st *sqlstore.Store, ref sqlstore.PartitionRef, 
 func warmConnections(b *testing.B, st *sqlstore.Store, conns int) {
 	b.Helper()
 	ctx := context.Background()
-	refs := make([]sqlstore.PartitionRef, conns)
+	refs := make([]reginatype.PartitionRef, conns)
 	for i := range refs {
 		ref, err := st.EnsurePartition(ctx, "cachebench", "warm-"+strconv.Itoa(i))
 		if err != nil {
@@ -103,8 +104,8 @@ func warmConnections(b *testing.B, st *sqlstore.Store, conns int) {
 	for round := range 16 {
 		for i := range refs {
 			go func() {
-				batch := &sqlstore.PushBatch{Partition: refs[i].ID, WindowHint: refs[i].WindowSeconds,
-					Watermark: sqlstore.NoWatermark}
+				batch := &reginatype.PushBatch{Partition: refs[i].ID, WindowHint: refs[i].WindowSeconds,
+					Watermark: reginatype.NoWatermark}
 				if round%2 == 1 {
 					batch.Watermark = 0
 				}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/regina-mq/regina/partition"
-	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
 
@@ -31,10 +31,10 @@ func BenchmarkPushTransaction(b *testing.B) {
 				}
 				run := runID.Add(1)
 				payload := []byte(`{"data":"` + string(make([]byte, 0)) + `xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
-				batch := &sqlstore.PushBatch{}
+				batch := &reginatype.PushBatch{}
 				fill := func(seq int) {
 					batch.Reset()
-					batch.Partition, batch.WindowHint, batch.Watermark = ref.ID, ref.WindowSeconds, sqlstore.NoWatermark
+					batch.Partition, batch.WindowHint, batch.Watermark = ref.ID, ref.WindowSeconds, reginatype.NoWatermark
 					for i := range n {
 						tx := strconv.FormatInt(run, 10) + ":" + strconv.Itoa(seq) + ":" + strconv.Itoa(i)
 						batch.Add(partition.HashTxID(tx), partition.NewV7(),

@@ -10,47 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
-
-// Ack statuses.
-const (
-	AckCompleted = "completed"
-	AckFailed    = "failed"
-	AckDLQ       = "dlq"
-	AckRetry     = "retry"
-)
-
-// Per-item ack errors.
-const (
-	// AckErrUnresolvable: the transaction id is not (or no longer) in the
-	// partition's hash sidecar, so it cannot be resolved to a message.
-	AckErrUnresolvable = "unresolvable"
-	// AckErrLease: the ack named a lease that is not the partition's live one.
-	AckErrLease = "Invalid or expired lease"
-)
-
-// AckItem is one acknowledgement.
-type AckItem struct {
-	TransactionID string
-	PartitionID   partition.UUID
-	// LeaseID, when set, must be the live lease of (partition, group).
-	LeaseID  partition.UUID
-	HasLease bool
-	// Status is completed (also "success"), failed, dlq or retry.
-	Status string
-	// Error is stored as the DLQ error message.
-	Error string
-}
-
-// AckResult is the outcome of one ack item.
-type AckResult struct {
-	Success       bool
-	Error         string
-	QueueName     string
-	PartitionName string
-	LeaseReleased bool
-	DLQ           bool
-}
 
 type ackTarget struct {
 	idx    int
@@ -60,11 +21,11 @@ type ackTarget struct {
 // Ack applies acknowledgements for one consumer group. Items of one
 // partition are applied in one transaction, in message order; partitions are
 // independent. Results are in item order.
-func (s *Store) Ack(ctx context.Context, group string, items []AckItem) ([]AckResult, error) {
+func (s *Store) Ack(ctx context.Context, group string, items []reginatype.AckItem) ([]reginatype.AckResult, error) {
 	if group == "" {
-		group = QueueModeGroup
+		group = reginatype.QueueModeGroup
 	}
-	results := make([]AckResult, len(items))
+	results := make([]reginatype.AckResult, len(items))
 	byPartition := make(map[partition.UUID][]int)
 	var order []partition.UUID
 	for i := range items {
@@ -78,7 +39,7 @@ func (s *Store) Ack(ctx context.Context, group string, items []AckItem) ([]AckRe
 		idx := byPartition[p]
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			for _, i := range idx {
-				results[i] = AckResult{}
+				results[i] = reginatype.AckResult{}
 			}
 			return s.ackPartition(ctx, tx, group, p, items, idx, results)
 		})
@@ -90,7 +51,7 @@ func (s *Store) Ack(ctx context.Context, group string, items []AckItem) ([]AckRe
 }
 
 func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p partition.UUID,
-	items []AckItem, idx []int, results []AckResult) error {
+	items []reginatype.AckItem, idx []int, results []reginatype.AckResult) error {
 	pid := [16]byte(p)
 	var queueName, partName string
 	var retryLimit int
@@ -158,7 +119,7 @@ func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p par
 	for k, i := range idx {
 		offs := candidates[k]
 		if len(offs) == 0 {
-			results[i].Error = AckErrUnresolvable
+			results[i].Error = reginatype.AckErrUnresolvable
 			continue
 		}
 		// With dedup off an id can be stored more than once: prefer the first
@@ -186,15 +147,15 @@ func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p par
 			continue
 		}
 		if it.HasLease && (!leaseLive || leaseID == nil || *leaseID != [16]byte(it.LeaseID)) {
-			r.Error = AckErrLease
+			r.Error = reginatype.AckErrLease
 			continue
 		}
 		status := it.Status
 		switch status {
-		case "", "success", AckCompleted:
+		case "", "success", reginatype.AckCompleted:
 			cursor = t.offset + 1
 			r.Success = true
-		case AckFailed:
+		case reginatype.AckFailed:
 			if retryCount >= retryLimit {
 				if err := s.moveToDLQ(ctx, tx, pid, group, t.offset, it.Error, retryCount); err != nil {
 					return err
@@ -209,13 +170,13 @@ func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p par
 				leaseID, leaseLive, released = nil, false, true
 				r.Success, r.LeaseReleased = true, true
 			}
-		case AckDLQ:
+		case reginatype.AckDLQ:
 			if err := s.moveToDLQ(ctx, tx, pid, group, t.offset, it.Error, retryCount); err != nil {
 				return err
 			}
 			cursor = t.offset + 1
 			r.Success, r.DLQ = true, true
-		case AckRetry:
+		case reginatype.AckRetry:
 			leaseID, leaseLive, released = nil, false, true
 			r.Success, r.LeaseReleased = true, true
 		default:

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
@@ -99,7 +100,7 @@ func TestWatermarkIgnoredWhenWindowGrew(t *testing.T) {
 	b.WindowHint = 60
 	b.Watermark = 2
 	res, err = st.Push(ctx, b)
-	require.ErrorIs(t, err, sqlstore.ErrWindowChanged)
+	require.ErrorIs(t, err, reginatype.ErrWindowChanged)
 	require.Equal(t, 0, res.WindowSeconds)
 }
 
@@ -161,12 +162,12 @@ func TestLoadHydration(t *testing.T) {
 	require.Len(t, h.Rows, 2)
 
 	_, err = st.LoadHydration(ctx, partition.NewV7(), 0)
-	require.ErrorIs(t, err, sqlstore.ErrPartitionMissing)
+	require.ErrorIs(t, err, reginatype.ErrPartitionMissing)
 	_, parts, err := st.DeleteQueue(ctx, "hyd")
 	require.NoError(t, err)
 	require.Contains(t, parts, ref.ID)
 	_, err = st.LoadHydration(ctx, ref.ID, 0)
-	require.True(t, errors.Is(err, sqlstore.ErrPartitionMissing), "%v", err)
+	require.True(t, errors.Is(err, reginatype.ErrPartitionMissing), "%v", err)
 }
 
 const probeBatch = 20
@@ -225,11 +226,11 @@ func probeBuffers(t *testing.T, rows int) (watermark, full []int) {
 		next := int64(rows)
 		for i := range 8 {
 			for _, wm := range []bool{true, false} {
-				w := sqlstore.NoWatermark
+				w := reginatype.NoWatermark
 				if wm {
 					w = next - probeBatch - 5
 				}
-				b := &sqlstore.PushBatch{Partition: ref.ID, WindowHint: 3600, Watermark: w}
+				b := &reginatype.PushBatch{Partition: ref.ID, WindowHint: 3600, Watermark: w}
 				for k := range probeBatch {
 					tx := "new-" + strconv.Itoa(i) + "-" + strconv.FormatBool(wm) + "-" + strconv.Itoa(k)
 					b.Add(partition.HashTxID(tx), partition.NewV7(), &partition.Body{TransactionID: tx, Payload: []byte("1")})

@@ -9,62 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
-
-// Verdicts of Explain: what a push of the transaction id would get now.
-const (
-	// ExplainNew: not in the window; a push would be queued.
-	ExplainNew = "new"
-	// ExplainDuplicate: stored inside the window; a push would be answered
-	// duplicate with Original's message id and write nothing.
-	ExplainDuplicate = "duplicate"
-	// ExplainExpired: stored, but only outside the window (still in the hash
-	// sidecar); a push would be queued as a new message.
-	ExplainExpired = "expired"
-	// ExplainDisabled: the queue's window is 0; a push is never checked.
-	ExplainDisabled = "disabled"
-)
-
-// MaxExplainKeys bounds one Explain call (POST /api/v1/dedup/lookup).
-const MaxExplainKeys = 1000
-
-// ExplainKey names one transaction id of one partition.
-type ExplainKey struct {
-	Queue, Partition, TransactionID string
-}
-
-// Occurrence is one stored copy of a transaction id in a partition's hash
-// sidecar.
-type Occurrence struct {
-	Offset int64
-	// MessageID is the stored message's id, partition.ZeroUUID when its
-	// segment was removed by retention (SegmentGone).
-	MessageID   partition.UUID
-	SegmentGone bool
-	// CreatedAt is the stored time of its segment (log_txns.created_at), the
-	// start of its window.
-	CreatedAt time.Time
-	// InWindow: CreatedAt > now - window, exactly as the push probe decides.
-	InWindow bool
-}
-
-// ExplainResult is the answer for one key.
-type ExplainResult struct {
-	QueueExists, PartitionExists bool
-	PartitionID                  partition.UUID
-	// WindowSeconds is the queue's window (the default for a queue a push
-	// would create).
-	WindowSeconds int
-	Verdict       string
-	// Original is the occurrence a push would name (the earliest inside the
-	// window) for a duplicate; the newest stored one for expired or disabled;
-	// nil when nothing is stored.
-	Original *Occurrence
-	// Occurrences is every copy in the sidecar, in offset order.
-	Occurrences []Occurrence
-	// Now is the database time the verdict was computed at.
-	Now time.Time
-}
 
 // Explain answers, for each key, what a push of it would get now, with the
 // same probe a push runs (the GIN-driven full-window probe of
@@ -72,11 +18,11 @@ type ExplainResult struct {
 // bound, so that copies outside the window are reported as expired). It runs
 // in a read-only REPEATABLE READ transaction: it writes nothing and creates no
 // queue or partition. At most MaxExplainKeys keys.
-func (s *Store) Explain(ctx context.Context, keys []ExplainKey) ([]ExplainResult, error) {
-	if len(keys) > MaxExplainKeys {
-		return nil, fmt.Errorf("explain: %d keys, over %d", len(keys), MaxExplainKeys)
+func (s *Store) Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]reginatype.ExplainResult, error) {
+	if len(keys) > reginatype.MaxExplainKeys {
+		return nil, fmt.Errorf("explain: %d keys, over %d", len(keys), reginatype.MaxExplainKeys)
 	}
-	out := make([]ExplainResult, len(keys))
+	out := make([]reginatype.ExplainResult, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
@@ -88,7 +34,7 @@ func (s *Store) Explain(ctx context.Context, keys []ExplainKey) ([]ExplainResult
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			for i := range out {
-				out[i] = ExplainResult{}
+				out[i] = reginatype.ExplainResult{}
 			}
 			rows, err := tx.Query(ctx, s.sql.admin.explainResolve, queues, parts)
 			if err != nil {
@@ -147,7 +93,7 @@ func (s *Store) Explain(ctx context.Context, keys []ExplainKey) ([]ExplainResult
 			for rows.Next() {
 				var (
 					i   int32
-					o   Occurrence
+					o   reginatype.Occurrence
 					mid []byte
 				)
 				if err := rows.Scan(&i, &o.Offset, &o.CreatedAt, &o.InWindow, &mid); err != nil {
@@ -166,30 +112,30 @@ func (s *Store) Explain(ctx context.Context, keys []ExplainKey) ([]ExplainResult
 		return nil, fmt.Errorf("explain: %w", classify(err))
 	}
 	for i := range out {
-		out[i].decide()
+		decide(&out[i])
 	}
 	return out, nil
 }
 
 // decide sets Verdict and Original from the occurrences (in offset order).
-func (r *ExplainResult) decide() {
+func decide(r *reginatype.ExplainResult) {
 	switch {
 	case !r.PartitionExists:
-		r.Verdict = ExplainNew
+		r.Verdict = reginatype.ExplainNew
 		return
 	case r.WindowSeconds == 0:
-		r.Verdict = ExplainDisabled
+		r.Verdict = reginatype.ExplainDisabled
 	default:
 		for k := range r.Occurrences {
 			if r.Occurrences[k].InWindow {
-				r.Verdict = ExplainDuplicate
+				r.Verdict = reginatype.ExplainDuplicate
 				r.Original = &r.Occurrences[k]
 				return
 			}
 		}
-		r.Verdict = ExplainNew
+		r.Verdict = reginatype.ExplainNew
 		if len(r.Occurrences) > 0 {
-			r.Verdict = ExplainExpired
+			r.Verdict = reginatype.ExplainExpired
 		}
 	}
 	if n := len(r.Occurrences); n > 0 {

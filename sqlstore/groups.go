@@ -8,33 +8,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
 
-// DLQFilter selects dead letters. Zero fields do not filter.
-type DLQFilter struct {
-	Queue, Group, Partition string
-	From, To                time.Time
-	Limit, Offset           int
-}
-
-// DeadLetter is one message in the dead-letter store.
-type DeadLetter struct {
-	MessageID     partition.UUID
-	TransactionID string
-	TraceID       *partition.UUID
-	PartitionID   partition.UUID
-	Queue         string
-	Partition     string
-	Group         string
-	ErrorMessage  string
-	RetryCount    int
-	Payload       []byte
-	CreatedAt     time.Time
-	FailedAt      time.Time
-}
-
 // ListDLQ returns dead letters, newest failure first, and the total matching.
-func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DeadLetter, int64, error) {
+func (s *Store) ListDLQ(ctx context.Context, f reginatype.DLQFilter) ([]reginatype.DeadLetter, int64, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -55,9 +33,9 @@ func (s *Store) ListDLQ(ctx context.Context, f DLQFilter) ([]DeadLetter, int64, 
 		return nil, 0, fmt.Errorf("list dlq: %w", classify(err))
 	}
 	defer rows.Close()
-	var out []DeadLetter
+	var out []reginatype.DeadLetter
 	for rows.Next() {
-		var d DeadLetter
+		var d reginatype.DeadLetter
 		var trace *[16]byte
 		if err := rows.Scan((*uuidScanner)(&d.MessageID), &d.TransactionID, &trace, (*uuidScanner)(&d.PartitionID),
 			&d.Queue, &d.Partition, &d.Group, &d.ErrorMessage, &d.RetryCount, &d.Payload, &d.CreatedAt, &d.FailedAt); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // hydrateSQL reads, in one statement (one snapshot under READ COMMITTED, no
@@ -28,34 +29,6 @@ const hydrateSQL = `SELECT p.next_offset, q.dedup_window_seconds, now(),
 	 WHERE p.id = $1
 	 ORDER BY l.first_offset`
 
-// HydrateRow is one queen.log_txns row read by LoadHydration.
-type HydrateRow struct {
-	FirstOffset int64
-	CreatedAt   time.Time
-	// Hashes holds one 16-byte hash per frame, in frame order.
-	Hashes [][16]byte
-}
-
-// Hydration is what LoadHydration read, all from one snapshot.
-type Hydration struct {
-	// NextOffset is the partition's allocator: every segment below it was
-	// committed before the snapshot. When Truncated it is instead one past
-	// the last frame of the last row returned, so that the rows are still
-	// every in-window row below NextOffset.
-	NextOffset int64
-	// WindowSeconds is the queue's deduplication window.
-	WindowSeconds int
-	// Now is the snapshot's now() (the database's clock).
-	Now time.Time
-	// Rows are the log_txns rows of the partition created after
-	// Now - (WindowSeconds + 60 s), in offset order.
-	Rows []HydrateRow
-	// Truncated reports that the window held more than maxHashes hashes:
-	// Rows is a prefix (by offset) that stops at the first row crossing the
-	// bound, and NextOffset was lowered to match.
-	Truncated bool
-}
-
 // LoadHydration reads what the dedup cache needs to start vouching for a
 // partition: see Hydration. It reads at most maxHashes hashes (plus the rest
 // of the row that crosses the bound; maxHashes <= 0 means no bound), so a
@@ -63,8 +36,8 @@ type Hydration struct {
 //
 // Errors: ErrPartitionMissing when the partition does not exist, a
 // classified database error otherwise.
-func (s *Store) LoadHydration(ctx context.Context, p partition.UUID, maxHashes int) (Hydration, error) {
-	var h Hydration
+func (s *Store) LoadHydration(ctx context.Context, p partition.UUID, maxHashes int) (reginatype.Hydration, error) {
+	var h reginatype.Hydration
 	rows, err := s.pool.Query(ctx, s.hydrateSQL(), uuidArg(p))
 	if err != nil {
 		return h, fmt.Errorf("load hydration: %w", classify(err))
@@ -85,7 +58,7 @@ func (s *Store) LoadHydration(ctx context.Context, p partition.UUID, maxHashes i
 		if first == nil || at == nil {
 			continue // the LEFT JOIN found no row in the window
 		}
-		r := HydrateRow{FirstOffset: *first, CreatedAt: *at, Hashes: make([][16]byte, len(raw))}
+		r := reginatype.HydrateRow{FirstOffset: *first, CreatedAt: *at, Hashes: make([][16]byte, len(raw))}
 		for k, b := range raw {
 			if len(b) != 16 {
 				return h, fmt.Errorf("load hydration: log_txns row at offset %d: hash %d is %d bytes, want 16",
@@ -109,7 +82,7 @@ func (s *Store) LoadHydration(ctx context.Context, p partition.UUID, maxHashes i
 		return h, fmt.Errorf("load hydration: %w", classify(err))
 	}
 	if !found {
-		return h, ErrPartitionMissing
+		return h, reginatype.ErrPartitionMissing
 	}
 	return h, nil
 }
@@ -123,7 +96,7 @@ func (s *Store) SidecarDepth(ctx context.Context, p partition.UUID) (int64, erro
 	var n int64
 	err := s.pool.QueryRow(ctx, s.sidecarDepthSQL(), uuidArg(p)).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, ErrPartitionMissing
+		return 0, reginatype.ErrPartitionMissing
 	}
 	if err != nil {
 		return 0, fmt.Errorf("sidecar depth: %w", classify(err))

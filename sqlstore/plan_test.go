@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/partition"
-	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
 
@@ -82,8 +82,8 @@ func TestProbePlansStayIndexDriven(t *testing.T) {
 
 	full, wm := probePlans(t, schema, func(ctx context.Context, conn *pgx.Conn) {
 		for i := range 8 {
-			for _, w := range []int64{sqlstore.NoWatermark, 199990} {
-				b := &sqlstore.PushBatch{Partition: ref.ID, WindowHint: 3600, Watermark: w}
+			for _, w := range []int64{reginatype.NoWatermark, 199990} {
+				b := &reginatype.PushBatch{Partition: ref.ID, WindowHint: 3600, Watermark: w}
 				id := partition.NewV7()
 				b.Add(partition.HashTxID(string(rune('a'+i))+"-"+string(rune('0'+w%7+1))), id,
 					&partition.Body{TransactionID: "x", Payload: []byte("1")})

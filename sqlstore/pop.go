@@ -9,57 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
-
-// QueueModeGroup is the consumer group of Queen's queue mode (competing
-// consumers sharing one cursor per partition).
-const QueueModeGroup = "__QUEUE_MODE__"
-
-// PopRequest asks for messages.
-type PopRequest struct {
-	Queue string
-	// Partition names one partition; empty means any partition of the queue.
-	Partition string
-	Group     string
-	// Batch is the most messages returned in total (>= 1).
-	Batch int
-	// Partitions is the most partitions claimed by an any-partition pop (>= 1).
-	Partitions int
-	// AutoAck moves the cursor past what is returned at once; no lease.
-	AutoAck bool
-	// SubscriptionNew starts a brand-new named group at the time of its first
-	// pop; SubscriptionFrom (non-zero) starts it after that time.
-	SubscriptionNew  bool
-	SubscriptionFrom time.Time
-}
-
-// PoppedMessage is one delivered message.
-type PoppedMessage struct {
-	partition.Frame
-	Offset        int64
-	PartitionID   partition.UUID
-	PartitionName string
-}
-
-// PopResult is what a pop delivered. Messages are in offset order within each
-// partition, partitions in claim order.
-type PopResult struct {
-	Messages []PoppedMessage
-	// LeaseID is shared by every claimed partition; zero with AutoAck.
-	LeaseID partition.UUID
-	// Claimed lists the partitions delivered from.
-	Claimed []ClaimedPartition
-	// Empty explains an empty result: "no_available_partition",
-	// "partition_not_found", "lease_held", "window_buffer", "queue_not_found"
-	// or "" (nothing new).
-	Empty string
-}
-
-// ClaimedPartition is one partition a pop delivered from.
-type ClaimedPartition struct {
-	ID   partition.UUID
-	Name string
-}
 
 type queueInfo struct {
 	id                                    [16]byte
@@ -76,8 +27,8 @@ type consumerRow struct {
 // claimed only when the group holds no live lease on it, and under a row lock
 // taken with SKIP LOCKED, so two consumers (on any brokers) never receive the
 // same message while its lease is live.
-func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
-	var res PopResult
+func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.PopResult, error) {
+	var res reginatype.PopResult
 	if req.Batch < 1 {
 		req.Batch = 1
 	}
@@ -85,10 +36,10 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 		req.Partitions = 1
 	}
 	if req.Group == "" {
-		req.Group = QueueModeGroup
+		req.Group = reginatype.QueueModeGroup
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		res = PopResult{}
+		res = reginatype.PopResult{}
 		var q queueInfo
 		err := tx.QueryRow(ctx, s.sql.popQueue, req.Queue).Scan(&q.id, &q.leaseTime, &q.delayed, &q.windowBuffer, &q.lim)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -102,7 +53,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 			q.leaseTime = 60
 		}
 		var subFrom *time.Time
-		if req.Group != QueueModeGroup {
+		if req.Group != reginatype.QueueModeGroup {
 			var from *time.Time
 			if !req.SubscriptionFrom.IsZero() {
 				from = &req.SubscriptionFrom
@@ -111,9 +62,9 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 				return err
 			}
 		}
-		var candidates []ClaimedPartition
+		var candidates []reginatype.ClaimedPartition
 		if req.Partition != "" {
-			var c ClaimedPartition
+			var c reginatype.ClaimedPartition
 			err := tx.QueryRow(ctx, s.sql.popPartitionByName, q.id, req.Partition).Scan((*uuidScanner)(&c.ID), &c.Name)
 			if errors.Is(err, pgx.ErrNoRows) {
 				res.Empty = "partition_not_found"
@@ -129,7 +80,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 				return err
 			}
 			for rows.Next() {
-				var c ClaimedPartition
+				var c reginatype.ClaimedPartition
 				if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name); err != nil {
 					rows.Close()
 					return err
@@ -174,14 +125,14 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (PopResult, error) {
 		return nil
 	})
 	if err != nil {
-		return PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
+		return reginatype.PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
 	}
 	return res, nil
 }
 
 // popPartition delivers up to max messages of one partition to the group.
-func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *PopRequest, c ClaimedPartition,
-	subFrom *time.Time, leaseID partition.UUID, max int) ([]PoppedMessage, string, error) {
+func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *reginatype.PopRequest, c reginatype.ClaimedPartition,
+	subFrom *time.Time, leaseID partition.UUID, max int) ([]reginatype.PoppedMessage, string, error) {
 	pid := [16]byte(c.ID)
 	if _, err := tx.Exec(ctx, s.sql.ensureConsumer, pid, req.Group, subFrom); err != nil {
 		return nil, "", err
@@ -235,7 +186,7 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 			return nil, "", err
 		}
 	}
-	var out []PoppedMessage
+	var out []reginatype.PoppedMessage
 segments:
 	for _, sg := range segs {
 		frames, err := partition.DecodeSegment(sg.frames, sg.count)
@@ -250,7 +201,7 @@ segments:
 			if q.delayed > 0 && frames[k].Created().Add(time.Duration(q.delayed)*time.Second).After(now) {
 				break segments // FIFO: nothing after an invisible message either
 			}
-			out = append(out, PoppedMessage{Frame: frames[k], Offset: off, PartitionID: c.ID, PartitionName: c.Name})
+			out = append(out, reginatype.PoppedMessage{Frame: frames[k], Offset: off, PartitionID: c.ID, PartitionName: c.Name})
 			if len(out) >= max {
 				break segments
 			}

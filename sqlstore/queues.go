@@ -3,29 +3,18 @@ package sqlstore
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
-
-// ConfiguredQueue is the result of Configure.
-type ConfiguredQueue struct {
-	QueueID            partition.UUID
-	DefaultPartitionID partition.UUID
-	Namespace, Task    string
-	Options            partition.QueueOptions
-}
-
-// DefaultPartition is the name of the partition a push uses when it names none.
-const DefaultPartition = "Default"
 
 // Configure creates or fully replaces the options of a queue (every option is
 // written, so one left out by the caller reverts to its default) and makes
 // sure its Default partition exists.
-func (s *Store) Configure(ctx context.Context, queue, namespace, task string, o partition.QueueOptions) (ConfiguredQueue, error) {
-	out := ConfiguredQueue{Namespace: namespace, Task: task, Options: o}
+func (s *Store) Configure(ctx context.Context, queue, namespace, task string, o partition.QueueOptions) (reginatype.ConfiguredQueue, error) {
+	out := reginatype.ConfiguredQueue{Namespace: namespace, Task: task, Options: o}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, s.sql.configure, queue, namespace, task,
 			o.LeaseTime, o.RetryLimit, o.RetryDelay, o.MaxSize, o.TTL, o.Priority,
@@ -36,7 +25,7 @@ func (s *Store) Configure(ctx context.Context, queue, namespace, task string, o 
 		if err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, s.sql.ensurePartition, queue, DefaultPartition, namespace, task).
+		return tx.QueryRow(ctx, s.sql.ensurePartition, queue, reginatype.DefaultPartition, namespace, task).
 			Scan((*uuidScanner)(&out.DefaultPartitionID), new(uuidScanner), new(int))
 	})
 	if err != nil {
@@ -83,29 +72,16 @@ func (s *Store) DeleteQueue(ctx context.Context, queue string) (existed bool, pa
 	return existed, partitions, nil
 }
 
-// QueueSummary is one queue in the resources listing.
-type QueueSummary struct {
-	ID              partition.UUID
-	Name            string
-	Namespace, Task string
-	CreatedAt       time.Time
-	Partitions      int
-	// Messages is the number of messages currently stored (offsets not yet
-	// removed by retention).
-	Messages int64
-	Options  partition.QueueOptions
-}
-
 // ListQueues returns every queue, by name.
-func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
+func (s *Store) ListQueues(ctx context.Context) ([]reginatype.QueueSummary, error) {
 	rows, err := s.pool.Query(ctx, s.sql.listQueues)
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", classify(err))
 	}
 	defer rows.Close()
-	var out []QueueSummary
+	var out []reginatype.QueueSummary
 	for rows.Next() {
-		var q QueueSummary
+		var q reginatype.QueueSummary
 		o := &q.Options
 		if err := rows.Scan((*uuidScanner)(&q.ID), &q.Name, &q.Namespace, &q.Task, &q.CreatedAt,
 			&q.Partitions, &q.Messages,

@@ -9,16 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
-
-// ErrNotInDLQ means no dead letter matches a replay request.
-var ErrNotInDLQ = errors.New("no such message in the dead-letter queue")
-
-// Replayed describes one message replayed out of the DLQ.
-type Replayed struct {
-	MessageID partition.UUID
-	Offset    int64
-}
 
 // ReplayDLQ puts the dead letters of (partition, transaction id) (of one
 // group, or of every group when group is empty) back into their partition as
@@ -32,8 +24,8 @@ type Replayed struct {
 // offsets stay gap-free and later producer retries are still answered
 // "duplicate" (naming the original). Every group of the partition sees the
 // replayed message.
-func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID, group string) (string, []Replayed, error) {
-	var out []Replayed
+func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID, group string) (string, []reginatype.Replayed, error) {
+	var out []reginatype.Replayed
 	var queue string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		out = nil
@@ -41,7 +33,7 @@ func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID,
 		var next int64
 		if err := tx.QueryRow(ctx, s.sql.lockPartition, pid).Scan(&next, &queue); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				return ErrNotInDLQ
+				return reginatype.ErrNotInDLQ
 			}
 			return err
 		}
@@ -72,7 +64,7 @@ func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID,
 			return err
 		}
 		if len(letters) == 0 {
-			return ErrNotInDLQ
+			return reginatype.ErrNotInDLQ
 		}
 		h := partition.HashTxID(txID)
 		now := time.Now().UnixMicro()
@@ -86,13 +78,13 @@ func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID,
 				[][]byte{h[:]}); err != nil {
 				return err
 			}
-			out = append(out, Replayed{MessageID: f.MessageID, Offset: next})
+			out = append(out, reginatype.Replayed{MessageID: f.MessageID, Offset: next})
 			next++
 		}
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, ErrNotInDLQ) {
+		if errors.Is(err, reginatype.ErrNotInDLQ) {
 			return "", nil, err
 		}
 		return "", nil, fmt.Errorf("replay %s/%s: %w", partitionID, txID, classify(err))

@@ -13,25 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
-)
 
-// Sentinel errors. Callers test them with errors.Is.
-var (
-	// ErrPartitionMissing means the partition row is gone (its queue was
-	// deleted): resolve the partition again and retry.
-	ErrPartitionMissing = errors.New("partition no longer exists")
-	// ErrWindowChanged means the queue's deduplication was switched on or off
-	// since the caller last looked: nothing was written; collapse the batch
-	// according to the returned window and retry.
-	ErrWindowChanged = errors.New("deduplication window switched on or off")
-	// ErrOutcomeUnknown means the statement may or may not have committed (the
-	// connection broke after the request was sent, or COMMIT failed). The
-	// caller must report a retryable error, never success or a definite
-	// failure: the client's retry with the same transaction id is safe.
-	ErrOutcomeUnknown = errors.New("outcome unknown: the write may or may not have committed")
-	// ErrUnavailable means the database could not be reached before anything
-	// was sent; nothing was written.
-	ErrUnavailable = errors.New("database unavailable")
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // sessionSettings are set on every connection of the pool, whatever the
@@ -159,36 +142,16 @@ func classify(err error) error {
 	var connErr *pgconn.ConnectError
 	if pgconn.SafeToRetry(err) || errors.As(err, &connErr) {
 		// Nothing reached the server (or no connection was established).
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", reginatype.ErrUnavailable, err)
 	}
 	var netErr net.Error
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) ||
 		errors.As(err, &netErr) || errors.Is(err, io.EOF) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "conn closed") {
 		// The request may have reached the server: its effect is unknown.
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		return fmt.Errorf("%w: %w", reginatype.ErrOutcomeUnknown, err)
 	}
 	return err // a local error (encoding, scanning): nothing to retry
-}
-
-// IsRetryable reports whether err leaves the client free to retry the same
-// request (unknown outcome, unavailable database, serialization failure,
-// deadlock, lock or statement timeout, server shutting down).
-func IsRetryable(err error) bool {
-	if errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrUnavailable) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
-		case "40", "53", "57", "08", "55":
-			// 40 rollback (serialization, deadlock), 53 insufficient resources,
-			// 57 operator intervention (query canceled, admin shutdown),
-			// 08 connection exception, 55 lock not available.
-			return true
-		}
-	}
-	return false
 }
 
 var _ = pgx.ErrNoRows

@@ -7,13 +7,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/partition"
-	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
 
-func batchOf(t *testing.T, ref sqlstore.PartitionRef, txids ...string) (*sqlstore.PushBatch, []partition.UUID) {
+func batchOf(t *testing.T, ref reginatype.PartitionRef, txids ...string) (*reginatype.PushBatch, []partition.UUID) {
 	t.Helper()
-	b := &sqlstore.PushBatch{Partition: ref.ID, WindowHint: ref.WindowSeconds, Watermark: sqlstore.NoWatermark}
+	b := &reginatype.PushBatch{Partition: ref.ID, WindowHint: ref.WindowSeconds, Watermark: reginatype.NoWatermark}
 	var ids []partition.UUID
 	for _, tx := range txids {
 		id := partition.NewV7()

@@ -10,82 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
-
-// TxnPush is one push item of a transaction, validated by the caller.
-type TxnPush struct {
-	Queue, Partition string
-	TransactionID    string
-	TraceID          partition.UUID
-	HasTrace         bool
-	Payload          []byte
-	// Index is the item's position among the transaction's flattened operations.
-	Index int
-}
-
-// TxnAck is one ack of a transaction.
-type TxnAck struct {
-	AckItem
-	Group string
-	Index int
-}
-
-// TxnPushResult is the outcome of one pushed item.
-type TxnPushResult struct {
-	Index       int
-	MessageID   partition.UUID
-	PartitionID partition.UUID
-	Queue       string
-	// Duplicate marks a repeat of an earlier item of the same transaction:
-	// it echoes the leader's message id and wrote nothing.
-	Duplicate bool
-}
-
-// TxnResult is what a committed transaction did.
-type TxnResult struct {
-	Pushes []TxnPushResult
-	Acks   []AckResult // in the order of the request's acks
-	// Written lists, per partition written, its queue, first offset and the
-	// stored hashes in frame order (for the cache's bookkeeping).
-	Written []TxnWrite
-}
-
-// TxnWrite is one segment a transaction wrote.
-type TxnWrite struct {
-	Queue         string
-	PartitionID   partition.UUID
-	WindowSeconds int
-	FirstOffset   int64
-	Hashes        []partition.Hash
-	CreatedAt     pgTime
-}
-
-// DuplicateError aborts a transaction whose push repeats a transaction id
-// already stored in the partition's window.
-type DuplicateError struct {
-	Queue, Partition, TransactionID string
-	// Original is the stored message's id (zero when its segment is gone).
-	Original partition.UUID
-}
-
-func (e *DuplicateError) Error() string {
-	return fmt.Sprintf("duplicate transactionId %q in queue %q partition %q (original message_id %s): "+
-		"the transaction was rolled back", e.TransactionID, e.Queue, e.Partition, e.Original)
-}
-
-// TxnAckError aborts a transaction whose ack failed.
-type TxnAckError struct {
-	Index         int
-	TransactionID string
-	Reason        string
-}
-
-func (e *TxnAckError) Error() string {
-	return fmt.Sprintf("ACK operation failed: %s (transactionId %q)", e.Reason, e.TransactionID)
-}
-
-// ErrLeaseNotLive aborts a transaction whose required lease is not live.
-var ErrLeaseNotLive = errors.New("a required lease is not live")
 
 // maxTxnAttempts bounds the retries of a transaction after a deadlock or a
 // serialization failure reported by PostgreSQL.
@@ -93,7 +19,7 @@ const maxTxnAttempts = 4
 
 type txnGroup struct {
 	queue, part string
-	ref         PartitionRef
+	ref         reginatype.PartitionRef
 	items       []int // indexes into pushes
 }
 
@@ -104,8 +30,8 @@ type txnGroup struct {
 // partition-id order and cursor rows after them, so two transactions cannot
 // deadlock each other; a deadlock or serialization failure reported anyway is
 // retried here, up to maxTxnAttempts times.
-func (s *Store) Transaction(ctx context.Context, pushes []TxnPush, acks []TxnAck, requiredLeases []partition.UUID) (TxnResult, error) {
-	var res TxnResult
+func (s *Store) Transaction(ctx context.Context, pushes []reginatype.TxnPush, acks []reginatype.TxnAck, requiredLeases []partition.UUID) (reginatype.TxnResult, error) {
+	var res reginatype.TxnResult
 	var err error
 	for attempt := 1; ; attempt++ {
 		res, err = s.transactionOnce(ctx, pushes, acks, requiredLeases)
@@ -115,18 +41,18 @@ func (s *Store) Transaction(ctx context.Context, pushes []TxnPush, acks []TxnAck
 		}
 		break
 	}
-	var dup *DuplicateError
-	var ackErr *TxnAckError
-	if err != nil && !errors.As(err, &dup) && !errors.As(err, &ackErr) && !errors.Is(err, ErrLeaseNotLive) {
+	var dup *reginatype.DuplicateError
+	var ackErr *reginatype.TxnAckError
+	if err != nil && !errors.As(err, &dup) && !errors.As(err, &ackErr) && !errors.Is(err, reginatype.ErrLeaseNotLive) {
 		return res, fmt.Errorf("transaction: %w", classify(err))
 	}
 	return res, err
 }
 
-func (s *Store) transactionOnce(ctx context.Context, pushes []TxnPush, acks []TxnAck, leases []partition.UUID) (TxnResult, error) {
-	var res TxnResult
+func (s *Store) transactionOnce(ctx context.Context, pushes []reginatype.TxnPush, acks []reginatype.TxnAck, leases []partition.UUID) (reginatype.TxnResult, error) {
+	var res reginatype.TxnResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		res = TxnResult{}
+		res = reginatype.TxnResult{}
 		// Resolve (and create) the partitions pushed to.
 		byKey := make(map[[2]string]*txnGroup)
 		var groups []*txnGroup
@@ -158,7 +84,7 @@ func (s *Store) transactionOnce(ctx context.Context, pushes []TxnPush, acks []Tx
 				return err
 			}
 			if live < len(uniqueUUIDs(leases)) {
-				return ErrLeaseNotLive
+				return reginatype.ErrLeaseNotLive
 			}
 		}
 		for _, g := range groups {
@@ -181,7 +107,7 @@ func uniqueUUIDs(us []partition.UUID) map[partition.UUID]bool {
 
 // txnPushGroup writes one partition's items through push_segment (lock,
 // probe, insert) inside the transaction.
-func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes []TxnPush, res *TxnResult) error {
+func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes []reginatype.TxnPush, res *reginatype.TxnResult) error {
 	for attempt := 0; attempt < 2; attempt++ {
 		ids := make([]string, len(g.items))
 		for k, i := range g.items {
@@ -196,7 +122,7 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 				leaders = append(leaders, k)
 			}
 		}
-		b := &PushBatch{Partition: g.ref.ID, WindowHint: g.ref.WindowSeconds, Watermark: NoWatermark}
+		b := &reginatype.PushBatch{Partition: g.ref.ID, WindowHint: g.ref.WindowSeconds, Watermark: reginatype.NoWatermark}
 		msgIDs := make([]partition.UUID, len(ids))
 		now := nowMicros()
 		for _, k := range leaders {
@@ -233,16 +159,16 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 			k := leaders[dupIdx[0]-1]
 			var orig partition.UUID
 			copy(orig[:], dupIDs[0])
-			return &DuplicateError{Queue: g.queue, Partition: g.part, TransactionID: ids[k], Original: orig}
+			return &reginatype.DuplicateError{Queue: g.queue, Partition: g.part, TransactionID: ids[k], Original: orig}
 		}
-		w := TxnWrite{Queue: g.queue, PartitionID: g.ref.ID, WindowSeconds: win, FirstOffset: first, CreatedAt: created}
+		w := reginatype.TxnWrite{Queue: g.queue, PartitionID: g.ref.ID, WindowSeconds: win, FirstOffset: first, CreatedAt: created}
 		for _, k := range leaders {
 			w.Hashes = append(w.Hashes, partition.HashTxID(ids[k]))
 		}
 		res.Written = append(res.Written, w)
 		for k, i := range g.items {
 			l := leader[k]
-			res.Pushes = append(res.Pushes, TxnPushResult{Index: pushes[i].Index, MessageID: msgIDs[l],
+			res.Pushes = append(res.Pushes, reginatype.TxnPushResult{Index: pushes[i].Index, MessageID: msgIDs[l],
 				PartitionID: g.ref.ID, Queue: g.queue, Duplicate: l != k})
 		}
 		return nil
@@ -252,7 +178,7 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 
 // txnAcks applies the acks, one partition and group at a time in a fixed
 // order, with the plain ack's logic. Any failed ack aborts the transaction.
-func (s *Store) txnAcks(ctx context.Context, tx pgx.Tx, acks []TxnAck, res *TxnResult) error {
+func (s *Store) txnAcks(ctx context.Context, tx pgx.Tx, acks []reginatype.TxnAck, res *reginatype.TxnResult) error {
 	type key struct {
 		p     partition.UUID
 		group string
@@ -262,7 +188,7 @@ func (s *Store) txnAcks(ctx context.Context, tx pgx.Tx, acks []TxnAck, res *TxnR
 	for i := range acks {
 		k := key{acks[i].PartitionID, acks[i].Group}
 		if k.group == "" {
-			k.group = QueueModeGroup
+			k.group = reginatype.QueueModeGroup
 		}
 		if _, ok := by[k]; !ok {
 			keys = append(keys, k)
@@ -275,11 +201,11 @@ func (s *Store) txnAcks(ctx context.Context, tx pgx.Tx, acks []TxnAck, res *TxnR
 		}
 		return keys[a].group < keys[b].group
 	})
-	items := make([]AckItem, len(acks))
+	items := make([]reginatype.AckItem, len(acks))
 	for i := range acks {
 		items[i] = acks[i].AckItem
 	}
-	res.Acks = make([]AckResult, len(acks))
+	res.Acks = make([]reginatype.AckResult, len(acks))
 	for _, k := range keys {
 		if err := s.ackPartition(ctx, tx, k.group, k.p, items, by[k], res.Acks); err != nil {
 			return err
@@ -287,7 +213,7 @@ func (s *Store) txnAcks(ctx context.Context, tx pgx.Tx, acks []TxnAck, res *TxnR
 	}
 	for i := range acks {
 		if !res.Acks[i].Success {
-			return &TxnAckError{Index: acks[i].Index, TransactionID: acks[i].TransactionID, Reason: res.Acks[i].Error}
+			return &reginatype.TxnAckError{Index: acks[i].Index, TransactionID: acks[i].TransactionID, Reason: res.Acks[i].Error}
 		}
 	}
 	return nil

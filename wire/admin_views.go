@@ -7,14 +7,14 @@ import (
 	"github.com/segmentio/encoding/json"
 	"github.com/valyala/fasthttp"
 
-	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // The section-9 admin and status views. Every count is read in one snapshot
 // (a read-only transaction). Message counts are per consumer group; the
 // partition and queue "stats" are those of queue mode (Queen's default
-// group), see actor.MessageStats for what each field means.
+// group), see reginatype.MessageStats for what each field means.
 
 type consumerView struct {
 	ConsumerGroup string `json:"consumerGroup"`
@@ -36,15 +36,15 @@ type consumerView struct {
 }
 
 type partitionView struct {
-	ID            string             `json:"id"`
-	Name          string             `json:"name"`
-	CreatedAt     string             `json:"createdAt"`
-	NextOffset    int64              `json:"nextOffset"`
-	OldestOffset  int64              `json:"oldestOffset"`
-	Stats         actor.MessageStats `json:"stats"`
-	OldestMessage *string            `json:"oldestMessage"`
-	NewestMessage *string            `json:"newestMessage"`
-	Consumers     []consumerView     `json:"consumers"`
+	ID            string                  `json:"id"`
+	Name          string                  `json:"name"`
+	CreatedAt     string                  `json:"createdAt"`
+	NextOffset    int64                   `json:"nextOffset"`
+	OldestOffset  int64                   `json:"oldestOffset"`
+	Stats         reginatype.MessageStats `json:"stats"`
+	OldestMessage *string                 `json:"oldestMessage"`
+	NewestMessage *string                 `json:"newestMessage"`
+	Consumers     []consumerView          `json:"consumers"`
 }
 
 // groupView sums one consumer group over a queue's partitions (those it has
@@ -67,12 +67,12 @@ type queueDetailView struct {
 	Options            partition.QueueOptions `json:"options"`
 	PartitionCount     int                    `json:"partitionCount"`
 	// Partitions is omitted by the status views (GET /api/v1/status/queues).
-	Partitions     *[]partitionView   `json:"partitions,omitempty"`
-	Totals         actor.MessageStats `json:"totals"`
-	Messages       messageCounts      `json:"messages"`
-	ConsumerGroups []groupView        `json:"consumerGroups"`
-	OldestMessage  *string            `json:"oldestMessage"`
-	NewestMessage  *string            `json:"newestMessage"`
+	Partitions     *[]partitionView        `json:"partitions,omitempty"`
+	Totals         reginatype.MessageStats `json:"totals"`
+	Messages       messageCounts           `json:"messages"`
+	ConsumerGroups []groupView             `json:"consumerGroups"`
+	OldestMessage  *string                 `json:"oldestMessage"`
+	NewestMessage  *string                 `json:"newestMessage"`
 }
 
 func timePtr(t *time.Time) *string {
@@ -82,14 +82,14 @@ func timePtr(t *time.Time) *string {
 	return strPtr(timeMillis(*t))
 }
 
-func lagSeconds(c *actor.ConsumerState, now time.Time) float64 {
+func lagSeconds(c *reginatype.ConsumerState, now time.Time) float64 {
 	if c.OldestPendingAt == nil {
 		return 0
 	}
 	return max(now.Sub(*c.OldestPendingAt).Seconds(), 0)
 }
 
-func newConsumerView(p *actor.PartitionDetail, c *actor.ConsumerState, now time.Time) consumerView {
+func newConsumerView(p *reginatype.PartitionDetail, c *reginatype.ConsumerState, now time.Time) consumerView {
 	st := p.GroupStats(c)
 	v := consumerView{ConsumerGroup: c.Group, CursorOffset: c.Cursor, Pending: st.Pending, Processing: st.Processing,
 		LagSeconds: lagSeconds(c, now), OldestPendingAt: timePtr(c.OldestPendingAt), LeaseFrom: c.LeaseFrom,
@@ -101,7 +101,7 @@ func newConsumerView(p *actor.PartitionDetail, c *actor.ConsumerState, now time.
 	return v
 }
 
-func newPartitionView(p *actor.PartitionDetail, now time.Time) partitionView {
+func newPartitionView(p *reginatype.PartitionDetail, now time.Time) partitionView {
 	v := partitionView{ID: p.ID.String(), Name: p.Name, CreatedAt: timeMillis(p.CreatedAt), NextOffset: p.NextOffset,
 		OldestOffset: p.OldestOffset, Stats: p.Stats(), OldestMessage: timePtr(p.OldestAt),
 		NewestMessage: timePtr(p.NewestAt), Consumers: make([]consumerView, 0, len(p.Consumers))}
@@ -113,12 +113,12 @@ func newPartitionView(p *actor.PartitionDetail, now time.Time) partitionView {
 
 // queueAgg sums a queue's partitions.
 type queueAgg struct {
-	totals         actor.MessageStats
+	totals         reginatype.MessageStats
 	groups         []groupView
 	oldest, newest *time.Time
 }
 
-func aggregate(q *actor.QueueDetail, now time.Time) queueAgg {
+func aggregate(q *reginatype.QueueDetail, now time.Time) queueAgg {
 	var a queueAgg
 	byGroup := make(map[string]*groupView)
 	for i := range q.Partitions {
@@ -152,7 +152,7 @@ func aggregate(q *actor.QueueDetail, now time.Time) queueAgg {
 	return a
 }
 
-func newQueueDetailView(q *actor.QueueDetail, now time.Time, withPartitions bool) queueDetailView {
+func newQueueDetailView(q *reginatype.QueueDetail, now time.Time, withPartitions bool) queueDetailView {
 	a := aggregate(q, now)
 	v := queueDetailView{ID: q.ID.String(), Name: q.Name, Namespace: q.Namespace, Task: q.Task,
 		CreatedAt: timeMillis(q.CreatedAt), DedupWindowSeconds: q.Options.DedupWindowSeconds, Options: q.Options,
@@ -170,8 +170,8 @@ func newQueueDetailView(q *actor.QueueDetail, now time.Time, withPartitions bool
 }
 
 // queueDetail reads one queue; found is false when it does not exist.
-func (s *Server) queueDetail(ctx *fasthttp.RequestCtx, name string) (*actor.QueueDetail, time.Time, bool) {
-	qs, now, err := s.reg.QueueDetails(ctx, actor.QueueFilter{Name: name})
+func (s *Server) queueDetail(ctx *fasthttp.RequestCtx, name string) (*reginatype.QueueDetail, time.Time, bool) {
+	qs, now, err := s.reg.QueueDetails(ctx, reginatype.QueueFilter{Name: name})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return nil, now, false
@@ -207,26 +207,26 @@ func (s *Server) handleStatusQueue(ctx *fasthttp.RequestCtx, name string) {
 		"timestamp": timeMillis(now)})
 }
 
-func queueFilter(args *fasthttp.Args) actor.QueueFilter {
+func queueFilter(args *fasthttp.Args) reginatype.QueueFilter {
 	ns := string(args.Peek("namespace"))
 	if ns == "" {
 		ns = string(args.Peek("ns"))
 	}
-	return actor.QueueFilter{Name: string(args.Peek("queue")), Namespace: ns, Task: string(args.Peek("task"))}
+	return reginatype.QueueFilter{Name: string(args.Peek("queue")), Namespace: ns, Task: string(args.Peek("task"))}
 }
 
 // overview is what the overview and status views count.
 type overview struct {
-	Queues         int                `json:"queues"`
-	Partitions     int                `json:"partitions"`
-	Namespaces     int                `json:"namespaces"`
-	Tasks          int                `json:"tasks"`
-	ConsumerGroups int                `json:"consumerGroups"`
-	Messages       actor.MessageStats `json:"messages"`
-	Timestamp      string             `json:"timestamp"`
+	Queues         int                     `json:"queues"`
+	Partitions     int                     `json:"partitions"`
+	Namespaces     int                     `json:"namespaces"`
+	Tasks          int                     `json:"tasks"`
+	ConsumerGroups int                     `json:"consumerGroups"`
+	Messages       reginatype.MessageStats `json:"messages"`
+	Timestamp      string                  `json:"timestamp"`
 }
 
-func summarize(qs []actor.QueueDetail, now time.Time) overview {
+func summarize(qs []reginatype.QueueDetail, now time.Time) overview {
 	o := overview{Queues: len(qs), Timestamp: timeMillis(now)}
 	ns, tasks, groups := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for i := range qs {
@@ -254,7 +254,7 @@ func summarize(qs []actor.QueueDetail, now time.Time) overview {
 // partitions, namespaces, tasks and consumer groups, and queue-mode message
 // totals.
 func (s *Server) handleOverview(ctx *fasthttp.RequestCtx) {
-	qs, now, err := s.reg.QueueDetails(ctx, actor.QueueFilter{})
+	qs, now, err := s.reg.QueueDetails(ctx, reginatype.QueueFilter{})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -263,15 +263,15 @@ func (s *Server) handleOverview(ctx *fasthttp.RequestCtx) {
 }
 
 type groupingView struct {
-	Namespace  *string            `json:"namespace,omitempty"`
-	Task       *string            `json:"task,omitempty"`
-	Queues     []string           `json:"queues"`
-	Partitions int                `json:"partitions"`
-	Messages   actor.MessageStats `json:"messages"`
+	Namespace  *string                 `json:"namespace,omitempty"`
+	Task       *string                 `json:"task,omitempty"`
+	Queues     []string                `json:"queues"`
+	Partitions int                     `json:"partitions"`
+	Messages   reginatype.MessageStats `json:"messages"`
 }
 
 // grouped groups queues by key (namespace or task), skipping empty keys.
-func grouped(qs []actor.QueueDetail, key func(*actor.QueueDetail) string, task bool) []groupingView {
+func grouped(qs []reginatype.QueueDetail, key func(*reginatype.QueueDetail) string, task bool) []groupingView {
 	by := map[string]*groupingView{}
 	var names []string
 	for i := range qs {
@@ -307,24 +307,24 @@ func grouped(qs []actor.QueueDetail, key func(*actor.QueueDetail) string, task b
 
 // handleNamespaces serves GET /api/v1/resources/namespaces.
 func (s *Server) handleNamespaces(ctx *fasthttp.RequestCtx) {
-	qs, _, err := s.reg.QueueDetails(ctx, actor.QueueFilter{})
+	qs, _, err := s.reg.QueueDetails(ctx, reginatype.QueueFilter{})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
-		"namespaces": grouped(qs, func(q *actor.QueueDetail) string { return q.Namespace }, false)})
+		"namespaces": grouped(qs, func(q *reginatype.QueueDetail) string { return q.Namespace }, false)})
 }
 
 // handleTasks serves GET /api/v1/resources/tasks.
 func (s *Server) handleTasks(ctx *fasthttp.RequestCtx) {
-	qs, _, err := s.reg.QueueDetails(ctx, actor.QueueFilter{})
+	qs, _, err := s.reg.QueueDetails(ctx, reginatype.QueueFilter{})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
-		"tasks": grouped(qs, func(q *actor.QueueDetail) string { return q.Task }, true)})
+		"tasks": grouped(qs, func(q *reginatype.QueueDetail) string { return q.Task }, true)})
 }
 
 // handleStatus serves GET /api/v1/status (queue, namespace/ns, task filter
@@ -388,7 +388,7 @@ type messageView struct {
 	CreatedAt     string          `json:"createdAt"`
 }
 
-func newMessageView(m *actor.StoredMessage) messageView {
+func newMessageView(m *reginatype.StoredMessage) messageView {
 	v := messageView{ID: m.MessageID.String(), TransactionID: m.TransactionID, PartitionID: m.PartitionID.String(),
 		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: m.Namespace,
 		Task: m.Task, Status: m.Status, Offset: m.Offset, Data: json.RawMessage(m.Payload),
@@ -408,7 +408,7 @@ func newMessageView(m *actor.StoredMessage) messageView {
 func (s *Server) handleListMessages(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
 	qf := queueFilter(args)
-	f := actor.MessageFilter{Queue: qf.Name, Partition: string(args.Peek("partition")), Namespace: qf.Namespace,
+	f := reginatype.MessageFilter{Queue: qf.Name, Partition: string(args.Peek("partition")), Namespace: qf.Namespace,
 		Task: qf.Task, Limit: min(max(queryInt(args, "limit", 200), 1), 1000), Offset: max(queryInt(args, "offset", 0), 0)}
 	var err error
 	if f.From, f.To, err = parseTimeRange(args); err != nil {

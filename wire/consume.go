@@ -9,8 +9,8 @@ import (
 	"github.com/segmentio/encoding/json"
 	"github.com/valyala/fasthttp"
 
-	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // Bounds on pop parameters.
@@ -21,7 +21,7 @@ const (
 
 // PopParams are the decoded query parameters of a pop.
 type PopParams struct {
-	Req  actor.PopRequest
+	Req  reginatype.PopRequest
 	Wait time.Duration
 }
 
@@ -53,7 +53,7 @@ func DecodePop(queue, part string, args *fasthttp.Args) (PopParams, error) {
 	r.Queue, r.Partition = queue, part
 	r.Group = string(args.Peek("consumerGroup"))
 	if r.Group == "" {
-		r.Group = actor.QueueModeGroup
+		r.Group = reginatype.QueueModeGroup
 	}
 	r.Batch = min(max(queryInt(args, "batch", 1), 1), MaxPopBatch)
 	r.Partitions = min(max(queryInt(args, "partitions", 1), 1), 1000)
@@ -164,8 +164,8 @@ type rawAck struct {
 }
 
 // decodeAckItem validates one acknowledgement.
-func decodeAckItem(r *rawAck, batch bool) (actor.AckItem, error) {
-	var it actor.AckItem
+func decodeAckItem(r *rawAck, batch bool) (reginatype.AckItem, error) {
+	var it reginatype.AckItem
 	var err error
 	if kindOf(r.TransactionID) != kindString {
 		if batch {
@@ -223,11 +223,11 @@ func groupOf(raw json.RawMessage) string {
 			return g
 		}
 	}
-	return actor.QueueModeGroup
+	return reginatype.QueueModeGroup
 }
 
 // DecodeAck decodes and validates a POST /api/v1/ack body.
-func DecodeAck(body []byte) (group string, items []actor.AckItem, err error) {
+func DecodeAck(body []byte) (group string, items []reginatype.AckItem, err error) {
 	if err := checkBody(body); err != nil {
 		return "", nil, err
 	}
@@ -242,12 +242,12 @@ func DecodeAck(body []byte) (group string, items []actor.AckItem, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	return groupOf(r.ConsumerGroup), []actor.AckItem{it}, nil
+	return groupOf(r.ConsumerGroup), []reginatype.AckItem{it}, nil
 }
 
 // DecodeAckBatch decodes and validates a POST /api/v1/ack/batch body. The
 // top-level consumerGroup overrides per-item ones, as upstream does.
-func DecodeAckBatch(body []byte) (group string, items []actor.AckItem, err error) {
+func DecodeAckBatch(body []byte) (group string, items []reginatype.AckItem, err error) {
 	if err := checkBody(body); err != nil {
 		return "", nil, err
 	}
@@ -268,7 +268,7 @@ func DecodeAckBatch(body []byte) (group string, items []actor.AckItem, err error
 	if err := unmarshal(top.Acks, &raws); err != nil {
 		return "", nil, errors.New("Each acknowledgment must be an object")
 	}
-	items = make([]actor.AckItem, len(raws))
+	items = make([]reginatype.AckItem, len(raws))
 	for i := range raws {
 		it, err := decodeAckItem(&raws[i], true)
 		if err != nil {
@@ -312,7 +312,7 @@ type ackResultView struct {
 	DLQ           bool    `json:"dlq"`
 }
 
-func (s *Server) ack(ctx *fasthttp.RequestCtx, group string, items []actor.AckItem) {
+func (s *Server) ack(ctx *fasthttp.RequestCtx, group string, items []reginatype.AckItem) {
 	res, err := s.reg.Ack(ctx, group, items)
 	if err != nil {
 		s.writeCoreError(ctx, err)
@@ -401,7 +401,7 @@ func parseTimeRange(args *fasthttp.Args) (from, to time.Time, err error) {
 
 func (s *Server) handleDLQ(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
-	f := actor.DLQFilter{Queue: string(args.Peek("queue")), Group: string(args.Peek("consumerGroup")),
+	f := reginatype.DLQFilter{Queue: string(args.Peek("queue")), Group: string(args.Peek("consumerGroup")),
 		Partition: string(args.Peek("partition")),
 		Limit:     min(max(queryInt(args, "limit", 100), 1), 10000), Offset: max(queryInt(args, "offset", 0), 0)}
 	var err error
@@ -573,7 +573,7 @@ func (s *Server) handleRetryMessage(ctx *fasthttp.RequestCtx, partitionID, txID 
 		return
 	}
 	out, err := s.reg.ReplayDLQ(ctx, pid, txID, string(ctx.QueryArgs().Peek("consumerGroup")))
-	if errors.Is(err, actor.ErrNotInDLQ) {
+	if errors.Is(err, reginatype.ErrNotInDLQ) {
 		writeError(ctx, fasthttp.StatusNotFound, "Message not found in the dead-letter queue")
 		return
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/segmentio/encoding/json"
 	"github.com/valyala/fasthttp"
 
-	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // Dedup inspection: GET /api/v1/dedup/explain and POST /api/v1/dedup/lookup.
@@ -61,7 +61,7 @@ func windowEnd(at time.Time, window int) *string {
 
 func timeMicros(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
 
-func newExplainView(k actor.ExplainKey, r *actor.ExplainResult) explainView {
+func newExplainView(k reginatype.ExplainKey, r *reginatype.ExplainResult) explainView {
 	v := explainView{Queue: k.Queue, Partition: k.Partition, TransactionID: k.TransactionID, Verdict: r.Verdict,
 		QueueExists: r.QueueExists, PartitionExists: r.PartitionExists, WindowSeconds: r.WindowSeconds,
 		Occurrences: make([]occurrenceView, 0, len(r.Occurrences)), CheckedAt: timeMicros(r.Now)}
@@ -90,14 +90,14 @@ func newExplainView(k actor.ExplainKey, r *actor.ExplainResult) explainView {
 			" s) and queue the message"
 	case !r.PartitionExists:
 		v.Note = "partition does not exist: a push would create it and queue the message"
-	case r.Verdict == actor.ExplainDisabled:
+	case r.Verdict == reginatype.ExplainDisabled:
 		v.Note = "deduplication is off on this queue (dedupWindowSeconds 0): a push is never checked and is queued"
-	case r.Verdict == actor.ExplainDuplicate && v.OriginalUnknown:
+	case r.Verdict == reginatype.ExplainDuplicate && v.OriginalUnknown:
 		v.Note = "stored inside the window: a push would be answered duplicate with the zero UUID (the original's " +
 			"segment was removed by retention) and write nothing"
-	case r.Verdict == actor.ExplainDuplicate:
+	case r.Verdict == reginatype.ExplainDuplicate:
 		v.Note = "stored inside the window: a push would be answered duplicate with this messageId and write nothing"
-	case r.Verdict == actor.ExplainExpired:
+	case r.Verdict == reginatype.ExplainExpired:
 		v.Note = "stored, but its window has ended: a push would be queued as a new, independent message"
 	default:
 		v.Note = "not in this partition's hash sidecar: a push would be queued"
@@ -108,13 +108,13 @@ func newExplainView(k actor.ExplainKey, r *actor.ExplainResult) explainView {
 // handleDedupExplain serves GET /api/v1/dedup/explain?queue=&partition=&transactionId=.
 func (s *Server) handleDedupExplain(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
-	k := actor.ExplainKey{Queue: string(args.Peek("queue")), Partition: string(args.Peek("partition")),
+	k := reginatype.ExplainKey{Queue: string(args.Peek("queue")), Partition: string(args.Peek("partition")),
 		TransactionID: string(args.Peek("transactionId"))}
 	if k.Queue == "" || k.Partition == "" || k.TransactionID == "" {
 		writeError(ctx, fasthttp.StatusBadRequest, "queue, partition and transactionId are required")
 		return
 	}
-	res, err := s.reg.Explain(ctx, []actor.ExplainKey{k})
+	res, err := s.reg.Explain(ctx, []reginatype.ExplainKey{k})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -141,9 +141,9 @@ type lookupView struct {
 // missing partition is Default, as in a push): whether each transaction id is
 // committed (stored in its partition's hash sidecar) and its original ids.
 // DecodeLookup decodes and validates a POST /api/v1/dedup/lookup body: at
-// most actor.MaxExplainKeys (queue, partition, transactionId) triples; a
+// most reginatype.MaxExplainKeys (queue, partition, transactionId) triples; a
 // missing partition means Default, as in a push.
-func DecodeLookup(body []byte) ([]actor.ExplainKey, error) {
+func DecodeLookup(body []byte) ([]reginatype.ExplainKey, error) {
 	if err := checkBody(body); err != nil {
 		return nil, err
 	}
@@ -167,11 +167,11 @@ func DecodeLookup(body []byte) ([]actor.ExplainKey, error) {
 	if err := unmarshal(top.Items, &raws); err != nil {
 		return nil, errors.New("Each item must be an object")
 	}
-	if len(raws) > actor.MaxExplainKeys {
-		return nil, errors.New("At most " + strconv.Itoa(actor.MaxExplainKeys) +
+	if len(raws) > reginatype.MaxExplainKeys {
+		return nil, errors.New("At most " + strconv.Itoa(reginatype.MaxExplainKeys) +
 			" items per lookup (got " + strconv.Itoa(len(raws)) + ")")
 	}
-	keys := make([]actor.ExplainKey, len(raws))
+	keys := make([]reginatype.ExplainKey, len(raws))
 	for i, r := range raws {
 		bad := func(msg string) error { return errors.New("items[" + strconv.Itoa(i) + "]: " + msg) }
 		var err error

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // FuzzDecodePush feeds arbitrary bodies to DecodePush. It must never panic,
@@ -161,7 +161,7 @@ func FuzzDecodeAcks(f *testing.F) {
 	}
 	valid := map[string]bool{"completed": true, "success": true, "failed": true, "dlq": true, "retry": true}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, dec := range []func([]byte) (string, []actor.AckItem, error){DecodeAck, DecodeAckBatch} {
+		for _, dec := range []func([]byte) (string, []reginatype.AckItem, error){DecodeAck, DecodeAckBatch} {
 			group, items, err := dec(body)
 			if err != nil {
 				continue
@@ -173,7 +173,7 @@ func FuzzDecodeAcks(f *testing.F) {
 			}
 		}
 		if keys, err := DecodeLookup(body); err == nil {
-			require.LessOrEqual(t, len(keys), actor.MaxExplainKeys)
+			require.LessOrEqual(t, len(keys), reginatype.MaxExplainKeys)
 			for _, k := range keys {
 				require.NotEmpty(t, k.Queue)
 				require.NotEmpty(t, k.Partition)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/metrics"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // instrumented is the server's handler: Handle, timed and counted by route
@@ -34,9 +34,9 @@ func (s *Server) handlePrometheus(ctx *fasthttp.RequestCtx) {
 }
 
 // countUnresolvable counts the acks answered "unresolvable".
-func (s *Server) countUnresolvable(res []actor.AckResult) {
+func (s *Server) countUnresolvable(res []reginatype.AckResult) {
 	for i := range res {
-		if res[i].Error == actor.AckErrUnresolvable {
+		if res[i].Error == reginatype.AckErrUnresolvable {
 			s.metrics.UnresolvableAck(res[i].QueueName)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/metrics"
-	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // Version is reported by /health.
@@ -315,16 +315,16 @@ func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
 // where core errors become HTTP.
 func errorStatus(err error) (status int, msg string, retryable bool) {
 	switch {
-	case errors.Is(err, actor.ErrMailboxFull):
+	case errors.Is(err, reginatype.ErrMailboxFull):
 		return fasthttp.StatusServiceUnavailable, "Partition mailbox is full; retry with backoff", true
-	case errors.Is(err, actor.ErrShuttingDown):
+	case errors.Is(err, reginatype.ErrShuttingDown):
 		return fasthttp.StatusServiceUnavailable, "Broker is shutting down; retry on another broker or later", true
-	case errors.Is(err, sqlstore.ErrOutcomeUnknown):
+	case errors.Is(err, reginatype.ErrOutcomeUnknown):
 		return fasthttp.StatusServiceUnavailable, "Outcome unknown: the request may or may not have taken effect; " +
 			"retrying is safe (a push retried with the same transactionId is deduplicated)", true
-	case errors.Is(err, sqlstore.ErrUnavailable):
+	case errors.Is(err, reginatype.ErrUnavailable):
 		return fasthttp.StatusServiceUnavailable, "Database unavailable; nothing was written", true
-	case sqlstore.IsRetryable(err):
+	case reginatype.IsRetryable(err):
 		return fasthttp.StatusServiceUnavailable, "Database error; nothing was written; retry: " + err.Error(), true
 	default:
 		return fasthttp.StatusInternalServerError, "Database error; nothing was changed, but a push may be retried " +

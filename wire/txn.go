@@ -7,8 +7,8 @@ import (
 	"github.com/segmentio/encoding/json"
 	"github.com/valyala/fasthttp"
 
-	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 type rawTxnOp struct {
@@ -19,8 +19,8 @@ type rawTxnOp struct {
 
 // TxnRequest is a decoded POST /api/v1/transaction body.
 type TxnRequest struct {
-	Pushes []actor.TxnPush
-	Acks   []actor.TxnAck
+	Pushes []reginatype.TxnPush
+	Acks   []reginatype.TxnAck
 	Leases []partition.UUID
 	// Ops is the number of flattened operations (push items count one each).
 	Ops int
@@ -98,7 +98,7 @@ func DecodeTransaction(body []byte) (TxnRequest, error) {
 				if err := decodeItem(&raws[j], &it); err != nil {
 					return req, fmt.Errorf("operations[%d].items[%d]: %w", i, j, err)
 				}
-				req.Pushes = append(req.Pushes, actor.TxnPush{Queue: it.Queue, Partition: it.Partition,
+				req.Pushes = append(req.Pushes, reginatype.TxnPush{Queue: it.Queue, Partition: it.Partition,
 					TransactionID: it.TransactionID, TraceID: it.TraceID, HasTrace: it.HasTrace,
 					Payload: it.Payload, Index: req.Ops})
 				req.Ops++
@@ -116,7 +116,7 @@ func DecodeTransaction(body []byte) (TxnRequest, error) {
 			default:
 				return req, fmt.Errorf("operations[%d]: status %q is not allowed in a transaction (completed, failed or dlq)", i, it.Status)
 			}
-			req.Acks = append(req.Acks, actor.TxnAck{AckItem: it, Group: groupOf(op.ConsumerGroup), Index: req.Ops})
+			req.Acks = append(req.Acks, reginatype.TxnAck{AckItem: it, Group: groupOf(op.ConsumerGroup), Index: req.Ops})
 			req.Ops++
 		default:
 			return req, fmt.Errorf("Unknown operation type: %s", truncate(typ, 64))
@@ -149,8 +149,8 @@ func (s *Server) handleTransaction(ctx *fasthttp.RequestCtx) {
 	}
 	id := partition.NewV7().String()
 	res, err := s.reg.Transaction(ctx, req.Pushes, req.Acks, req.Leases)
-	var dup *actor.DuplicateError
-	var ackErr *actor.TxnAckError
+	var dup *reginatype.DuplicateError
+	var ackErr *reginatype.TxnAckError
 	switch {
 	case errors.As(err, &dup):
 		writeJSON(ctx, fasthttp.StatusConflict, map[string]any{"transactionId": id, "success": false,
@@ -162,7 +162,7 @@ func (s *Server) handleTransaction(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusConflict, map[string]any{"transactionId": id, "success": false,
 			"error": ackErr.Error(), "failedIndex": ackErr.Index, "results": []any{}})
 		return
-	case errors.Is(err, actor.ErrLeaseNotLive):
+	case errors.Is(err, reginatype.ErrLeaseNotLive):
 		writeJSON(ctx, fasthttp.StatusConflict, map[string]any{"transactionId": id, "success": false,
 			"error":   "A required lease is not live (expired, released or unknown); nothing was applied",
 			"results": []any{}})

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
 )
 
@@ -60,7 +61,7 @@ func configureQueue(ctx context.Context, baseURL, queue string, window int) erro
 
 // ensurePartitions creates (if needed) partitions p0..p(n-1) of queue in one
 // statement and returns them in order, with the queue's window.
-func (h *harness) ensurePartitions(ctx context.Context, sp *pgSpace, queue string, n int) ([]sqlstore.PartitionRef, error) {
+func (h *harness) ensurePartitions(ctx context.Context, sp *pgSpace, queue string, n int) ([]reginatype.PartitionRef, error) {
 	ns, task := sqlstore.DeriveNamespaceTask(queue)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -69,7 +70,7 @@ func (h *harness) ensurePartitions(ctx context.Context, sp *pgSpace, queue strin
 		queue, ns, task, n); err != nil {
 		return nil, fmt.Errorf("create %d partitions of %s: %w", n, queue, err)
 	}
-	refs := make([]sqlstore.PartitionRef, n)
+	refs := make([]reginatype.PartitionRef, n)
 	for i := range n {
 		ref, err := sp.store.EnsurePartition(ctx, queue, "p"+strconv.Itoa(i))
 		if err != nil {

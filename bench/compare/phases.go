@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
 )
 
@@ -425,7 +426,7 @@ func (h *harness) reginaWork(baseURL, queue, tag string, replay [][]int32) workF
 // the statement the broker runs) with the same batches the broker would
 // send: same transaction ids and payloads, 16-byte xxh3 hashes, UUIDv7 ids,
 // encoded frame bodies, a full-window probe. No broker in between.
-func (h *harness) ceilingWork(store *sqlstore.Store, refs []sqlstore.PartitionRef, tag string, replay [][]int32) workFunc {
+func (h *harness) ceilingWork(store *sqlstore.Store, refs []reginatype.PartitionRef, tag string, replay [][]int32) workFunc {
 	return func(ctx context.Context, w int, pc *phaseClock, rec *workerRec) {
 		var src []int32
 		if replay != nil {
@@ -434,7 +435,7 @@ func (h *harness) ceilingWork(store *sqlstore.Store, refs []sqlstore.PartitionRe
 			}
 		}
 		n := h.wl.items
-		batch := &sqlstore.PushBatch{}
+		batch := &reginatype.PushBatch{}
 		tx := make([]byte, 0, 64)
 		bodies := make([]partition.Body, n)
 		for k := 0; running(ctx, pc); k++ {
@@ -444,7 +445,7 @@ func (h *harness) ceilingWork(store *sqlstore.Store, refs []sqlstore.PartitionRe
 			}
 			ref := refs[h.wl.part(w, seq)%len(refs)]
 			batch.Reset()
-			batch.Partition, batch.WindowHint, batch.Watermark = ref.ID, ref.WindowSeconds, sqlstore.NoWatermark
+			batch.Partition, batch.WindowHint, batch.Watermark = ref.ID, ref.WindowSeconds, reginatype.NoWatermark
 			created := time.Now().UnixMicro()
 			for i := range n {
 				tx = appendTx(tx[:0], tag, w, seq, i)

@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 const (
@@ -56,7 +55,7 @@ type scalePt struct {
 	partitions int
 	preload    int
 	reg, ceil  *pgSpace
-	ceilRefs   []sqlstore.PartitionRef
+	ceilRefs   []reginatype.PartitionRef
 }
 
 const scaleQueue = "scale"
@@ -141,7 +140,7 @@ func (h *harness) prepareScalePoint(p *scalePt) error {
 	c := h.cfg
 	t := time.Now()
 	h.logf("preparing point %s", p.name)
-	prepare := func(sp *pgSpace) ([]sqlstore.PartitionRef, error) {
+	prepare := func(sp *pgSpace) ([]reginatype.PartitionRef, error) {
 		refs, err := h.ensurePartitions(h.stop, sp, scaleQueue, p.partitions)
 		if err != nil {
 			return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/cache"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
@@ -573,7 +574,7 @@ func TestActorTeachesTheCacheWhatWasStored(t *testing.T) {
 	// Another writer (here: the store directly, as a second broker would)
 	// makes a gap: the cache drops the partition at the next learn, and the
 	// duplicate it never saw is still found.
-	b := &sqlstore.PushBatch{Partition: p, WindowHint: 3600, Watermark: sqlstore.NoWatermark}
+	b := &reginatype.PushBatch{Partition: p, WindowHint: 3600, Watermark: reginatype.NoWatermark}
 	b.Add(partition.HashTxID("elsewhere"), partition.NewV7(), &partition.Body{TransactionID: "elsewhere", Payload: []byte(`1`)})
 	_, err := h.st.Push(context.Background(), b)
 	require.NoError(t, err)

@@ -1,0 +1,77 @@
+package reginatype
+
+import (
+	"time"
+
+	"github.com/regina-mq/regina/partition"
+)
+
+// NoWatermark is the probe-watermark sentinel: the cache cannot vouch for any
+// span, so the probe covers the whole window.
+const NoWatermark int64 = -1
+
+// PartitionRef identifies a partition and carries what the push path needs to
+// know about its queue.
+type PartitionRef struct {
+	ID      partition.UUID
+	QueueID partition.UUID
+	// WindowSeconds is the queue's deduplication window when last read.
+	WindowSeconds int
+}
+
+// PushBatch is one batch of one partition, ready for the push transaction.
+// Items are the batch's leaders: when WindowHint is non-zero their transaction
+// ids are distinct.
+type PushBatch struct {
+	Partition partition.UUID
+	// WindowHint is the caller's belief about the queue's window, the window
+	// the cache computed Watermark for. Whether it is zero decides the
+	// dedup-off path (see ErrWindowChanged); when the stored window is larger,
+	// the watermark is ignored and the whole window is probed.
+	WindowHint int
+	// Watermark promises that no hash of the batch occurs at or below this
+	// offset; NoWatermark probes the whole window.
+	Watermark int64
+	Hashes    [][]byte
+	IDs       []byte
+	Bodies    []byte
+	Ends      []int32
+}
+
+// Reset empties the batch, keeping its buffers.
+func (b *PushBatch) Reset() {
+	b.Hashes = b.Hashes[:0]
+	b.IDs = b.IDs[:0]
+	b.Bodies = b.Bodies[:0]
+	b.Ends = b.Ends[:0]
+}
+
+// Add appends one item (a leader) to the batch.
+func (b *PushBatch) Add(h partition.Hash, id partition.UUID, body *partition.Body) {
+	b.Hashes = append(b.Hashes, h[:])
+	b.IDs = append(b.IDs, id[:]...)
+	b.Bodies = partition.AppendBody(b.Bodies, body)
+	b.Ends = append(b.Ends, int32(len(b.Bodies)))
+}
+
+// Len returns the number of items in the batch.
+func (b *PushBatch) Len() int { return len(b.Hashes) }
+
+// PushResult is the outcome of a committed push transaction.
+type PushResult struct {
+	// WindowSeconds is the queue's window the transaction applied.
+	WindowSeconds int
+	// FirstOffset is the offset of the first stored item, -1 when nothing was
+	// written (every item was a duplicate).
+	FirstOffset int64
+	// CreatedAt is the segment's creation time (the transaction's start).
+	CreatedAt time.Time
+	// DupIndex lists the (0-based) batch indexes found in the window, in
+	// increasing order; DupOriginal[k] is the original message id of item
+	// DupIndex[k], partition.ZeroUUID when its segment is gone, and
+	// DupCreated[k] the original's stored time (its log_txns created_at,
+	// known even when the segment is gone).
+	DupIndex    []int
+	DupOriginal []partition.UUID
+	DupCreated  []time.Time
+}
