@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
@@ -151,23 +152,23 @@ func TestNoJITOnBrokerStatements(t *testing.T) {
 	phases := map[string]func() error{
 		"hydration": func() error { _, err := obs.LoadHydration(ctx, ref.ID, 1000); return err },
 		"explain": func() error {
-			_, err := obs.Explain(ctx, []sqlstore.ExplainKey{{Queue: "jit", Partition: "p", TransactionID: "tx-3"}})
+			_, err := obs.Explain(ctx, []reginatype.ExplainKey{{Queue: "jit", Partition: "p", TransactionID: "tx-3"}})
 			return err
 		},
 		"pop and ack": func() error {
-			pop, err := obs.Pop(ctx, sqlstore.PopRequest{Queue: "jit", Group: sqlstore.QueueModeGroup, Batch: 3, Partitions: 1})
+			pop, err := obs.Pop(ctx, reginatype.PopRequest{Queue: "jit", Group: reginatype.QueueModeGroup, Batch: 3, Partitions: 1})
 			if err != nil {
 				return err
 			}
 			if len(pop.Messages) != 3 {
 				return fmt.Errorf("popped %d messages, want 3", len(pop.Messages))
 			}
-			_, err = obs.Ack(ctx, sqlstore.QueueModeGroup, []sqlstore.AckItem{{TransactionID: "tx-0",
-				PartitionID: ref.ID, LeaseID: pop.LeaseID, HasLease: true, Status: sqlstore.AckCompleted}})
+			_, err = obs.Ack(ctx, reginatype.QueueModeGroup, []reginatype.AckItem{{TransactionID: "tx-0",
+				PartitionID: ref.ID, LeaseID: pop.LeaseID, HasLease: true, Status: reginatype.AckCompleted}})
 			return err
 		},
 		"transaction": func() error {
-			_, err := obs.Transaction(ctx, []sqlstore.TxnPush{{Queue: "jit", Partition: "p", TransactionID: "tx-txn",
+			_, err := obs.Transaction(ctx, []reginatype.TxnPush{{Queue: "jit", Partition: "p", TransactionID: "tx-txn",
 				Payload: []byte(`{}`)}}, nil, nil)
 			return err
 		},
