@@ -21,35 +21,38 @@ ENSURE_PG := scripts/ensure-postgres.sh
 help: ## Show this list of targets
 	@echo 'Usage: make TARGET [VAR=value ...]'
 	@echo
-	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {n[++c] = $$1; d[c] = $$2; if (length($$1) > w) w = length($$1)} \
+		END {f = "  %-" w "s  %s\n"; for (i = 1; i <= c; i++) printf f, n[i], d[i]}' $(MAKEFILE_LIST)
 	@echo
-	@echo 'Variables: ARGS (for run), GOTESTFLAGS (e.g. -race, -run X, -v), ITERATIONS (bench, default 1x),'
-	@echo '           FUZZTIME (fuzz, default 30s), DATABASE_URL (use this server instead of a local one).'
+	@echo 'Variables: ARGS (run, loadtest, faults), GOTESTFLAGS (e.g. -race, -run X, -v),'
+	@echo '           ITERATIONS (bench), FUZZTIME (fuzz), DURATION (faults, compare),'
+	@echo '           WARMUP ITEMS ROUNDS SCALE_PARTITIONS SCALE_HASHES (compare),'
+	@echo '           DATABASE_URL (use this PostgreSQL instead of a local one).'
 
-build: ## Build the broker into bin/regina and the load generator into bin/regina-loadtest
+build: ## Build bin/regina and bin/regina-loadtest
 	$(GO) build -o bin/regina ./cmd/regina
 	$(GO) build -o bin/regina-loadtest ./loadtest
 
-run: build ## Build and run the broker against a local PostgreSQL (ARGS=... passes flags)
+run: build ## Build and serve; finds or starts PostgreSQL (ARGS=flags)
 	url=$$($(ENSURE_PG)) && DATABASE_URL="$$url" exec bin/regina $(ARGS)
 
-test: ## Run all tests against a local PostgreSQL (GOTESTFLAGS=... adds flags)
+test: ## Run every test against PostgreSQL (GOTESTFLAGS=... adds flags)
 	url=$$($(ENSURE_PG) regina_test) && TEST_DATABASE_URL="$$url" $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) ./...
 
-test/race: ## Run all tests with the race detector
+test/race: ## Run every test with the race detector
 	url=$$($(ENSURE_PG) regina_test) && TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) ./...
 
-bench: ## Run the benchmarks in ./bench (ITERATIONS=1x by default)
+bench: ## Run the Go benchmarks in ./bench (ITERATIONS=1x)
 	url=$$($(ENSURE_PG) regina_test) && TEST_DATABASE_URL="$$url" $(GO) test -run='^$$' -bench=. -benchtime=$(ITERATIONS) $(GOTESTFLAGS) ./bench/...
 
-fuzz: ## Fuzz the wire decoder and the partition segments (FUZZTIME=30s each)
+fuzz: ## Fuzz the JSON decoders and segment codec (FUZZTIME=30s each)
 	$(GO) test -run='^$$' -fuzz=FuzzDecodePush -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeConfigure -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeTransaction -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeAcks -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzSegment -fuzztime=$(FUZZTIME) ./partition
 
-loadtest: build ## Drive a running broker over HTTP (ARGS=... e.g. ARGS='-duration 30s -items 100')
+loadtest: build ## Push load at a running broker (ARGS='-duration 30s -items 100')
 	bin/regina-loadtest $(ARGS)
 
 lint: ## Run go vet and check gofmt
@@ -64,7 +67,7 @@ lint: ## Run go vet and check gofmt
 		fi; \
 	fi
 
-db/stop: ## Stop the throwaway PostgreSQL cluster in .data/pg (if running)
+db/stop: ## Stop the throwaway PostgreSQL cluster in .data/pg
 	$(ENSURE_PG) --stop
 
 clean: ## Remove build output (bin/)
@@ -72,7 +75,7 @@ clean: ## Remove build output (bin/)
 
 DURATION ?= 60s
 
-faults: ## Fault-injection run: own PostgreSQL, real brokers, kills/restarts, then a checker (DURATION=60s)
+faults: ## Fault injection on real brokers, then a checker (DURATION=60s)
 	$(GO) run ./loadtest/faults -duration $(DURATION) $(ARGS)
 
 # ---- make compare, make compare/scale (bench/compare) ----
@@ -89,12 +92,12 @@ SCALE_PARTITIONS ?= 1,16,1000,10000
 SCALE_HASHES ?= 100k,1M,10M
 SCALE_ROUNDS ?= 1
 
-compare: ## Regina vs raw PostgreSQL vs NATS JetStream -> bench/RESULTS.md (DURATION=20s WARMUP=3s ITEMS=10 ROUNDS=3)
+compare: ## Regina vs PostgreSQL ceiling vs JetStream -> bench/RESULTS.md
 	$(GO) build -o bin/regina-compare ./bench/compare
 	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -database-url "$$url" $(COMPARE_FLAGS) \
 		-rounds $(call cmp_var,ROUNDS,3) -command '$(COMPARE_CMD)' $(COMPARE_ARGS)
 
-compare/scale: ## Throughput and p99 as partitions and in-window hashes grow (SCALE_PARTITIONS, SCALE_HASHES; takes minutes)
+compare/scale: ## Throughput as partitions and in-window hashes grow (minutes)
 	$(GO) build -o bin/regina-compare ./bench/compare
 	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -scale -database-url "$$url" $(COMPARE_FLAGS) \
 		-scale-partitions '$(SCALE_PARTITIONS)' -scale-hashes '$(SCALE_HASHES)' -scale-rounds $(SCALE_ROUNDS) \
