@@ -87,8 +87,8 @@ func preloadWindow(b *testing.B, st *sqlstore.Store, ref reginatype.PartitionRef
 // warmConnections makes every pool connection run both probes of
 // push_segment more than five times, so that PL/pgSQL has settled on its
 // cached plans before anything is measured (the first five executions on a
-// connection are planned for their parameters, see the report in
-// docs/cache.md). It pushes to partitions of their own.
+// connection are planned for their parameters; see docs/performance.md).
+// It pushes to partitions of their own.
 func warmConnections(b *testing.B, st *sqlstore.Store, conns int) {
 	b.Helper()
 	ctx := context.Background()

@@ -50,8 +50,8 @@ type brokerProc struct {
 	waitErr error
 }
 
-// brokerEnvPrefixes are the variables the broker reads (see README.md,
-// Configuration). They are removed from the inherited environment so that
+// brokerEnvPrefixes are the variables the broker reads (see
+// docs/operating.md, Configuration). They are removed from the inherited environment so that
 // every setting is the broker's default except the ones we set.
 var brokerEnvPrefixes = []string{"PORT=", "HOST=", "DATABASE_URL=", "PG_", "QUEEN_", "DB_", "RETENTION_",
 	"MAILBOX_", "BATCH_", "ACTOR_", "MAX_BODY_BYTES=", "SHUTDOWN_TIMEOUT=", "LOG_LEVEL=", "LOG_FORMAT="}
