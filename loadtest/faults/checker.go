@@ -173,7 +173,46 @@ const (
 	VQueueConfig   = "queue-config"   // the queue is not what the run assumes
 	VBroker        = "broker"         // a broker crashed, hung or did not recover
 	VNothingStored = "nothing-stored" // the run stored nothing at all
+	VUnresolved    = "unresolved"     // an item never got a definite answer (when every one must)
 )
+
+// CheckOptions adapt the checker to a scenario.
+type CheckOptions struct {
+	// AsyncKills are the moments (offsets from the run's start) at which the
+	// primary of an asynchronous failover scenario was killed. An answer
+	// given by the old primary shortly before (or, by a lingering backend,
+	// after) a kill may name a commit the standby never received: such
+	// answers are counted in CheckStats.Async*, not reported as violations.
+	// Everything the new primary stored must still be exact: no id stored
+	// twice, gap-free offsets, every later answer right.
+	AsyncKills []KillWindow
+	// AsyncLag bounds how long before a kill such an answer may have been
+	// given (the standby's lag: the WAL receiver's freeze plus slack).
+	AsyncLag time.Duration
+	// RequireResolved makes an item with no definite answer a violation:
+	// every outcome-unknown answer must be resolved by a retry.
+	RequireResolved bool
+}
+
+// KillWindow is one failover: when the primary's postmaster was killed and
+// when its last backend was gone (fenced); offsets from the run's start.
+// Between the two, backends of the dead postmaster may still commit and
+// answer.
+type KillWindow struct {
+	Kill, Fenced time.Duration
+}
+
+// asyncKill returns the kill an answer may have been lost to, if any: the
+// request was sent before the old primary was fenced, and answered no
+// earlier than AsyncLag before the kill.
+func (o CheckOptions) asyncKill(a *Attempt) (time.Duration, bool) {
+	for _, k := range o.AsyncKills {
+		if a.Start < k.Fenced && a.End >= k.Kill-o.AsyncLag {
+			return k.Kill, true
+		}
+	}
+	return 0, false
+}
 
 // CheckStats are the counts behind the verdict.
 type CheckStats struct {
@@ -183,6 +222,16 @@ type CheckStats struct {
 	NoAnswer                             int // attempts with no per-item answer
 	GaveUp, GaveUpStored                 int
 	Partitions, Segments, StoredFrames   int
+	// Asynchronous failover: queued answers whose message is not stored
+	// under the answered id (the commit never reached the standby), of
+	// which the id was stored again later by a resend (with a new
+	// message_id); answered before the kill, and the longest time before
+	// it; answered after the kill (by a backend of the dead postmaster);
+	// duplicate answers naming such a lost original.
+	AsyncLost, AsyncRestored        int
+	AsyncLostBefore, AsyncLostAfter int
+	AsyncMaxAge, AsyncMaxLate       time.Duration
+	AsyncStaleDups                  int
 }
 
 type key struct{ part, tx string }
@@ -211,6 +260,11 @@ type Report struct {
 
 // Check proves the run's promises against the history and the database.
 func Check(attempts []*Attempt, st *DBState) *Report {
+	return CheckWith(attempts, st, CheckOptions{})
+}
+
+// CheckWith is Check with scenario options.
+func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 	r := &Report{Excerpts: map[string][]string{}}
 	add := func(kind, part, tx, format string, args ...any) {
 		r.Violations = append(r.Violations, Violation{Kind: kind, Partition: part, TxID: tx, Detail: fmt.Sprintf(format, args...)})
@@ -374,7 +428,27 @@ func Check(attempts []*Attempt, st *DBState) *Report {
 			}
 			add(VStoredTwice, k.part, k.tx, "stored %d times: %s%s", len(rows), strings.Join(offs, ", "), why)
 		}
-		qs := queued[k]
+		var qs []answer
+		for _, q := range queued[k] {
+			kill, lost := opts.asyncKill(q.att)
+			if !lost || hasID(rows, q.id) {
+				qs = append(qs, q)
+				continue
+			}
+			// Acknowledged by a primary that died before its standby had
+			// the commit: the asynchronous standby's loss, counted apart.
+			r.Stats.AsyncLost++
+			if len(rows) > 0 {
+				r.Stats.AsyncRestored++
+			}
+			if q.att.End <= kill {
+				r.Stats.AsyncLostBefore++
+				r.Stats.AsyncMaxAge = max(r.Stats.AsyncMaxAge, kill-q.att.End)
+			} else {
+				r.Stats.AsyncLostAfter++
+				r.Stats.AsyncMaxLate = max(r.Stats.AsyncMaxLate, q.att.End-kill)
+			}
+		}
 		if len(qs) > 1 {
 			ids := make([]string, len(qs))
 			for i, q := range qs {
@@ -397,6 +471,10 @@ func Check(attempts []*Attempt, st *DBState) *Report {
 			}
 		}
 		for _, d := range dups[k] {
+			if _, lost := opts.asyncKill(d.att); lost && !d.id.IsZero() && !hasID(rows, d.id) {
+				r.Stats.AsyncStaleDups++
+				continue
+			}
 			switch {
 			case d.id.IsZero():
 				add(VDupZeroID, k.part, k.tx, "request #%d to %s answered duplicate with the zero UUID (original segment gone) but retention is off",
@@ -412,6 +490,9 @@ func Check(attempts []*Attempt, st *DBState) *Report {
 			r.Stats.GaveUp++
 			if len(rows) > 0 {
 				r.Stats.GaveUpStored++
+			}
+			if opts.RequireResolved {
+				add(VUnresolved, k.part, k.tx, "never got a definite answer (stored %d times): an outcome-unknown answer was not resolved by a retry", len(rows))
 			}
 		}
 	}

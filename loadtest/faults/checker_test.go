@@ -380,3 +380,54 @@ func TestErrorBucket(t *testing.T) {
 		}
 	}
 }
+
+// With an asynchronous standby, an answer the old primary gave around a kill
+// for a commit the standby never got is counted apart (and a resend that
+// stored the id again is a repeat, not a violation); the same loss outside
+// the kill's window, a loss in the synchronous scenario, or an id the new
+// primary stored twice are still violations.
+func TestCheckAsyncFailover(t *testing.T) {
+	w := newWorld()
+	lostA := w.batch(Item{"p0", "lost-a"})
+	w.send(lostA, KindFirst, w.queued("p0", partition.NewV7())) // answered, then lost
+	kill := KillWindow{Kill: time.Duration(len(w.atts)) * time.Millisecond, Fenced: time.Duration(len(w.atts)+2) * time.Millisecond}
+	lostB := w.batch(Item{"p1", "lost-b"})
+	w.send(lostB, KindFirst, w.queued("p1", partition.NewV7())) // by a lingering backend, after the kill
+	for range 5 {
+		w.send(w.batch(Item{"p0", "filler"}), KindStorm, ItemResult{}) // time passes; never answered
+	}
+	ids := w.store("p1", "lost-b")
+	w.send(lostB, KindStorm, w.queued("p1", ids[0])) // the resend stores it again
+	w.send(lostB, KindStorm, dup(ids[0]))
+	opts := CheckOptions{AsyncKills: []KillWindow{kill}, AsyncLag: time.Millisecond, RequireResolved: false}
+
+	rep := CheckWith(w.atts, w.st, opts)
+	if len(rep.Violations) != 0 {
+		t.Fatalf("violations in an asynchronous loss: %v", rep.Violations)
+	}
+	s := rep.Stats
+	if s.AsyncLost != 2 || s.AsyncLostBefore != 1 || s.AsyncLostAfter != 1 || s.AsyncRestored != 1 {
+		t.Errorf("async stats %+v, want lost 2 (1 before, 1 after the kill), 1 restored", s)
+	}
+
+	// The synchronous scenario excuses nothing.
+	if got := kinds(CheckWith(w.atts, w.st, CheckOptions{})); got[VLost] != 1 || got[VQueuedTwice] != 1 {
+		t.Errorf("without async kills: %v, want lost=1 queued-twice=1", got)
+	}
+	// A loss answered long before the kill is not the standby's lag.
+	far := opts
+	far.AsyncKills = []KillWindow{{Kill: kill.Kill + time.Second, Fenced: kill.Fenced + time.Second}}
+	if got := kinds(CheckWith(w.atts, w.st, far)); got[VLost] != 1 {
+		t.Errorf("a loss far from the kill: %v, want lost=1", got)
+	}
+	// What the new primary stored must be exact.
+	w.store("p1", "lost-b")
+	if got := kinds(CheckWith(w.atts, w.st, opts)); got[VStoredTwice] != 1 {
+		t.Errorf("an id stored twice after the failover: %v, want stored-twice=1", got)
+	}
+	// Every item must end with a definite answer when required.
+	opts.RequireResolved = true
+	if got := kinds(CheckWith(w.atts, w.st, opts)); got[VUnresolved] != 1 {
+		t.Errorf("an item never answered: %v, want unresolved=1", got)
+	}
+}

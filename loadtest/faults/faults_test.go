@@ -41,6 +41,24 @@ func lastLine(out string) string {
 // TestFaultsShort runs the whole harness in short mode: its own PostgreSQL,
 // real brokers, every fault kind, then the checker. It must end clean.
 func TestFaultsShort(t *testing.T) {
+	ctx, cancel := harnessContext(t)
+	defer cancel()
+	o, err := parseFlags([]string{"-short"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := runClean(ctx, t, o)
+	for _, kind := range []string{"kill9: SIGKILL", "two-brokers: broker B", "pg-restart: pg_ctl restart", "conn-drop:", "slow-db:"} {
+		if !strings.Contains(out, kind) {
+			t.Errorf("the short run did not exercise %q", kind)
+		}
+	}
+}
+
+// harnessContext skips when the harness cannot run here and bounds it by the
+// test's deadline.
+func harnessContext(t *testing.T) (context.Context, context.CancelFunc) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("faults: skipped with -short (the harness starts PostgreSQL and brokers and runs ~30s); run go test ./loadtest/faults or make faults")
 	}
@@ -52,17 +70,16 @@ func TestFaultsShort(t *testing.T) {
 			t.Skip("faults: running as root needs a 'postgres' system user to own the throwaway cluster (initdb refuses root)")
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	if dl, ok := t.Deadline(); ok {
-		cancel()
-		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-30*time.Second))
+		return context.WithDeadline(context.Background(), dl.Add(-30*time.Second))
 	}
-	defer cancel()
+	return context.WithTimeout(context.Background(), 12*time.Minute)
+}
 
-	o, err := parseFlags([]string{"-short"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+// runClean runs the harness and fails the test unless the verdict is clean
+// with requests sent and faults injected. It returns the output.
+func runClean(ctx context.Context, t *testing.T, o options) (string, []string) {
+	t.Helper()
 	var out syncBuffer
 	code := run(ctx, o, &out)
 	t.Logf("harness output:\n%s", out.String())
@@ -77,10 +94,26 @@ func TestFaultsShort(t *testing.T) {
 	if m[2] == "0" || m[4] == "0" {
 		t.Fatalf("harness sent no request or injected no fault: %q", last)
 	}
-	for _, kind := range []string{"kill9: SIGKILL", "two-brokers: broker B", "pg-restart: pg_ctl restart", "conn-drop:", "slow-db:"} {
-		if !strings.Contains(out.String(), kind) {
-			t.Errorf("the short run did not exercise %q", kind)
-		}
+	return out.String(), m
+}
+
+// TestFailoverShort runs the failover scenario in short mode: a primary and
+// a synchronous standby, brokers on a multi-host URL, the primary killed
+// and the standby promoted (twice, the second time with the standby held
+// behind). It must end clean with at least one promotion.
+func TestFailoverShort(t *testing.T) {
+	ctx, cancel := harnessContext(t)
+	defer cancel()
+	o, err := parseFlags([]string{"-short", "-scenario", "failover"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := runClean(ctx, t, o)
+	if !regexp.MustCompile(`failover: kill -9 primary n0 .* promoted n1`).MatchString(out) {
+		t.Errorf("no promotion in the output")
+	}
+	if !strings.Contains(out, "synchronous standby") {
+		t.Errorf("the run did not say its standby was synchronous")
 	}
 }
 
@@ -131,5 +164,15 @@ func TestParseFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-faults", "meteor"}, &errOut); err == nil {
 		t.Error("an unknown fault kind accepted")
+	}
+	o, err = parseFlags([]string{"-scenario", "failover-async", "-standby-lag", "2s"}, &errOut)
+	if err != nil || o.scenario != scenarioFailoverAsync || o.standbyLag != 2*time.Second {
+		t.Errorf("-scenario failover-async -standby-lag 2s: %+v %v", o, err)
+	}
+	if _, err := parseFlags([]string{"-scenario", "meteor"}, &errOut); err == nil {
+		t.Error("an unknown scenario accepted")
+	}
+	if _, err := parseFlags([]string{"-scenario", "failover", "-faults", "kill9"}, &errOut); err == nil {
+		t.Error("-faults accepted with the failover scenario")
 	}
 }

@@ -44,7 +44,7 @@ func faultNames() string {
 // inject runs fault windows round-robin from the end of the warmup until the
 // tail of the load phase, then heals everything.
 func (r *runner) inject(ctx context.Context) error {
-	if !sleepUntil(ctx, r.start.Add(r.t.warmup)) {
+	if !sleepUntil(ctx, r.loadStart.Add(r.t.warmup)) {
 		return ctx.Err()
 	}
 	kinds := faultKinds
@@ -53,6 +53,9 @@ func (r *runner) inject(ctx context.Context) error {
 		for _, k := range r.o.kinds {
 			kinds = append(kinds, *faultByName(k))
 		}
+	}
+	if r.rep != nil {
+		kinds = []fault{{"failover", (*runner).faultFailover}}
 	}
 	rounds := map[string]int{}
 	for i := 0; ; i++ {
@@ -295,7 +298,13 @@ func (r *runner) pickPartitions(n int) []string {
 func (r *runner) ensureServing(ctx context.Context) error {
 	if !r.a.running() {
 		r.logf("broker A is not running; restarting it")
-		return r.a.start(ctx, false)
+		if err := r.a.start(ctx, false); err != nil {
+			return err
+		}
+	}
+	if r.rep != nil && !r.b.running() {
+		r.logf("broker B is not running; restarting it")
+		return r.b.start(ctx, false)
 	}
 	return nil
 }

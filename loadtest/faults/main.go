@@ -17,6 +17,19 @@
 //	slow-db      A restarted with DB_STATEMENT_TIMEOUT=200 while an outside
 //	             session holds SELECT ... FOR UPDATE on partition rows
 //
+// With -scenario failover the brokers (A and B, traffic split) run instead
+// against a primary and a synchronous streaming standby through one
+// multi-host DATABASE_URL with target_session_attrs=read-write; round after
+// round the primary's postmaster is killed with SIGKILL (every other round
+// after its WAL sender was frozen for -standby-lag), the standby promoted
+// with pg_ctl promote, and the dead node rebuilt as the new standby (see
+// failover.go). Every item must then also get a definite answer (an
+// outcome-unknown answer resolved by a retry). -scenario failover-async does
+// the same with an asynchronous standby: answers the old primary gave for
+// commits the standby never received are counted and reported apart
+// (acknowledged then lost, stored again by a resend), not as violations;
+// everything the new primary stores must still be exact.
+//
 // Then it stops the brokers with SIGTERM and proves, from the recorded
 // history and the database, per partition: every item answered queued is
 // stored exactly once under the answered message_id; no transaction id is
@@ -26,6 +39,8 @@
 //
 //	make faults                  # 60 s
 //	make faults DURATION=30s
+//	make faults ARGS='-scenario failover'
+//	make faults ARGS='-scenario failover-async -standby-lag 2s'
 //	go run ./loadtest/faults -short
 //	go run ./loadtest/faults -faults kill9,slow-db -twins 0.5 -storms 0.3
 //	go run ./loadtest/faults -broker-bin ./old-regina -broker-env QUEEN_DEDUP_CACHE=false
@@ -76,7 +91,23 @@ type options struct {
 	brokerEnv []string // extra KEY=VALUE settings for every broker
 	parts     int
 	brokerBin string // use this broker binary instead of building ./cmd/regina
+	scenario  string // scenarioMixed, scenarioFailover or scenarioFailoverAsync
+	// standbyLag freezes the primary's WAL sender this long before every
+	// other failover (0 = never).
+	standbyLag time.Duration
 }
+
+// Scenarios.
+const (
+	// scenarioMixed: one PostgreSQL, the fault kinds of -faults round-robin.
+	scenarioMixed = "mixed"
+	// scenarioFailover: a primary and a synchronous standby; the primary is
+	// killed and the standby promoted, round after round.
+	scenarioFailover = "failover"
+	// scenarioFailoverAsync: the same with an asynchronous standby, which
+	// can lose acknowledged commits; the checker reports them apart.
+	scenarioFailoverAsync = "failover-async"
+)
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -95,6 +126,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.brokerBin, "broker-bin", "", "run this broker binary instead of building ./cmd/regina of -repo")
 	fs.IntVar(&o.parts, "partitions", 6, "partitions of the queue (p0, p1, ...)")
 	fs.Float64Var(&o.stormProb, "storms", 0.15, "share of producer turns that resend an already answered batch 1-3 times at once")
+	fs.StringVar(&o.scenario, "scenario", scenarioMixed, "mixed (one PostgreSQL, -faults round-robin), failover (primary + synchronous standby: kill -9 the primary, promote the standby, repeat) or failover-async (the same with an asynchronous standby)")
+	fs.DurationVar(&o.standbyLag, "standby-lag", time.Second, "failover scenarios: freeze the primary's WAL sender this long before every other kill (0 = never)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -129,6 +162,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.parts < 2 || o.parts > 64 {
 		return o, fmt.Errorf("-partitions %d: use 2 to 64 (slow-db locks two)", o.parts)
 	}
+	switch o.scenario {
+	case scenarioMixed:
+	case scenarioFailover, scenarioFailoverAsync:
+		if len(o.kinds) > 0 {
+			return o, fmt.Errorf("-faults does not apply to -scenario %s (its fault is the failover)", o.scenario)
+		}
+	default:
+		return o, fmt.Errorf("-scenario %q: use %s, %s or %s", o.scenario, scenarioMixed, scenarioFailover, scenarioFailoverAsync)
+	}
+	if o.standbyLag < 0 {
+		return o, fmt.Errorf("-standby-lag %s is negative", o.standbyLag)
+	}
 	if o.duration < 5*time.Second {
 		return o, fmt.Errorf("-duration %s is too short (minimum 5s)", o.duration)
 	}
@@ -156,6 +201,7 @@ type timing struct {
 	window, minWindow     time.Duration
 	downtime, hold, drain time.Duration
 	freeze, timeout       time.Duration
+	detect                time.Duration // failover: no primary this long before the promotion
 	sweeps, holds         int
 }
 
@@ -164,12 +210,12 @@ func timingFor(o options) timing {
 		return timing{warmup: time.Second, tail: time.Second, gap: 500 * time.Millisecond,
 			window: 1500 * time.Millisecond, minWindow: time.Second,
 			downtime: 200 * time.Millisecond, hold: 300 * time.Millisecond, drain: 20 * time.Second,
-			freeze: 2500 * time.Millisecond, timeout: 2 * time.Second, sweeps: 2, holds: 2}
+			freeze: 2500 * time.Millisecond, timeout: 2 * time.Second, detect: 700 * time.Millisecond, sweeps: 2, holds: 2}
 	}
 	return timing{warmup: 2 * time.Second, tail: 2 * time.Second, gap: 1500 * time.Millisecond,
 		window: 3 * time.Second, minWindow: 1500 * time.Millisecond,
 		downtime: 300 * time.Millisecond, hold: 350 * time.Millisecond, drain: 30 * time.Second,
-		freeze: 2500 * time.Millisecond, timeout: 2 * time.Second, sweeps: 3, holds: 3}
+		freeze: 2500 * time.Millisecond, timeout: 2 * time.Second, detect: time.Second, sweeps: 3, holds: 3}
 }
 
 type runner struct {
@@ -177,12 +223,16 @@ type runner struct {
 	t          timing
 	out        *output
 	start      time.Time
+	loadStart  time.Time
 	loadEnd    time.Time
 	runID      string
 	repo       string
 	tmp        string
 	pgRoot     string
-	pg         *cluster
+	pg         *cluster // the (current primary) PostgreSQL
+	rep        *replication
+	clusters   []*cluster // every cluster of the run, for cleanup
+	pgBase     string     // directory holding this run's clusters
 	a, b       *broker
 	eps        *endpoints
 	hist       *History
@@ -231,7 +281,8 @@ func (r *runner) violation(kind, format string, args ...any) {
 func (r *runner) faultTotal() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.counts["kill9"] + r.counts["freeze"] + r.counts["two-brokers"] + r.counts["pg-restart"] + r.counts["conn-drop"] + r.counts["slow-db"]
+	return r.counts["kill9"] + r.counts["freeze"] + r.counts["two-brokers"] + r.counts["pg-restart"] + r.counts["conn-drop"] + r.counts["slow-db"] +
+		r.counts["failover"]
 }
 
 // run executes the harness and prints the verdict as its last line; it
@@ -337,10 +388,11 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		return nil, err
 	}
 	r.pgRoot = root
+	r.pgBase = base
 	reapStale(root, bin, r.logf)
 
-	r.logf("run %s (seed %d): %s of load, %d producers, partitions %s, queue %q; logs in %s",
-		r.runID, seed, r.o.duration, r.producerCount(), strings.Join(r.partitions, ","), QueueName, r.tmp)
+	r.logf("run %s (seed %d): scenario %s, %s of load, %d producers, partitions %s, queue %q; logs in %s",
+		r.runID, seed, r.o.scenario, r.o.duration, r.producerCount(), strings.Join(r.partitions, ","), QueueName, r.tmp)
 
 	type built struct {
 		path string
@@ -360,19 +412,30 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		buildc <- built{p, err}
 	}()
 
-	if r.pg, err = newCluster(bin, base); err != nil {
-		<-buildc
-		return nil, err
+	dbURL := ""
+	if r.o.scenario == scenarioMixed {
+		if r.pg, err = newCluster(bin, base); err != nil {
+			<-buildc
+			return nil, err
+		}
+		r.clusters = append(r.clusters, r.pg)
+		if err := r.pg.initdb(ctx); err != nil {
+			<-buildc
+			return nil, err
+		}
+		if err := r.pg.start(ctx); err != nil {
+			<-buildc
+			return nil, err
+		}
+		r.logf("PostgreSQL %s cluster in %s on 127.0.0.1:%d", filepath.Base(filepath.Dir(bin)), base, r.pg.port)
+		dbURL = r.pg.url("")
+	} else {
+		if err := r.setupReplication(ctx, bin, base); err != nil {
+			<-buildc
+			return nil, err
+		}
+		dbURL = r.rep.url("")
 	}
-	if err := r.pg.initdb(ctx); err != nil {
-		<-buildc
-		return nil, err
-	}
-	if err := r.pg.start(ctx); err != nil {
-		<-buildc
-		return nil, err
-	}
-	r.logf("PostgreSQL %s cluster in %s on 127.0.0.1:%d", filepath.Base(filepath.Dir(bin)), base, r.pg.port)
 	bd := <-buildc
 	if bd.err != nil {
 		return nil, bd.err
@@ -387,13 +450,22 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	onExit := func(b *broker, err error) {
 		r.violation(VBroker, "broker %s exited on its own: %v; log tail:\n%s", b.name, err, tail(b.logPath, 8))
 	}
-	r.a = &broker{name: "A", env: r.o.brokerEnv, bin: bd.path, port: ports[0], logPath: filepath.Join(r.tmp, "broker-A.log"), dbURL: r.pg.url(""), onExit: onExit}
-	r.b = &broker{name: "B", env: r.o.brokerEnv, bin: bd.path, port: ports[1], logPath: filepath.Join(r.tmp, "broker-B.log"), dbURL: r.pg.url(""), onExit: onExit}
+	r.a = &broker{name: "A", env: r.o.brokerEnv, bin: bd.path, port: ports[0], logPath: filepath.Join(r.tmp, "broker-A.log"), dbURL: dbURL, onExit: onExit}
+	r.b = &broker{name: "B", env: r.o.brokerEnv, bin: bd.path, port: ports[1], logPath: filepath.Join(r.tmp, "broker-B.log"), dbURL: dbURL, onExit: onExit}
 	if err := r.a.start(ctx, false); err != nil {
 		return nil, err
 	}
 	r.eps.set(r.a.url())
 	r.logf("broker A (pid %d) serving on %s", r.a.pid(), r.a.url())
+	if r.rep != nil {
+		// Two brokers on the pair the whole run, traffic split: each one's
+		// cache must stay right about what the other wrote across failovers.
+		if err := r.b.start(ctx, false); err != nil {
+			return nil, err
+		}
+		r.eps.set(r.a.url(), r.b.url())
+		r.logf("broker B (pid %d) serving on %s; DATABASE_URL %s", r.b.pid(), r.b.url(), dbURL)
+	}
 
 	lp := &loadPlan{runID: r.runID, start: r.start, partitions: r.partitions, maxItems: 20,
 		stormProb: r.o.stormProb, twinProb: r.o.twinProb, repeatProb: 0.03, timeout: r.t.timeout,
@@ -423,7 +495,8 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		return nil, fmt.Errorf("the seed push got no definite answer within 60s")
 	}
 
-	r.loadEnd = time.Now().Add(r.o.duration)
+	r.loadStart = time.Now()
+	r.loadEnd = r.loadStart.Add(r.o.duration)
 	r.logf("load starts (%s)", r.o.duration)
 
 	var pwg sync.WaitGroup
@@ -489,7 +562,15 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		return nil, err
 	}
 	attempts := r.hist.Attempts()
-	rep := Check(attempts, st)
+	var copts CheckOptions
+	if r.rep != nil {
+		copts.RequireResolved = true
+		if !r.rep.sync {
+			copts.AsyncKills = r.rep.kills
+			copts.AsyncLag = r.o.standbyLag + 2*time.Second
+		}
+	}
+	rep := CheckWith(attempts, st, copts)
 	r.mu.Lock()
 	rep.Violations = append(r.extra, rep.Violations...)
 	r.mu.Unlock()
@@ -503,10 +584,8 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		_ = writeHistory(filepath.Join(r.tmp, "history.jsonl"), attempts)
 		_ = writeState(filepath.Join(r.tmp, "state.txt"), st)
 		_ = writeViolations(filepath.Join(r.tmp, "violations.txt"), rep)
-		_ = copyFile(r.pg.logFile, filepath.Join(r.tmp, "postgres.log"))
 	} else if r.o.keep {
 		_ = writeHistory(filepath.Join(r.tmp, "history.jsonl"), attempts)
-		_ = copyFile(r.pg.logFile, filepath.Join(r.tmp, "postgres.log"))
 	}
 	r.summary(rep)
 	return rep, nil
@@ -531,9 +610,23 @@ func (r *runner) summary(rep *Report) {
 		c[k] = v
 	}
 	r.mu.Unlock()
-	r.out.line("faults injected: kill9=%d freeze=%d two-brokers=%d pg-restart=%d (fast=%d immediate=%d) conn-drop=%d sweeps (%d backends) slow-db=%d lock holds; graceful-stops=%d",
-		c["kill9"], c["freeze"], c["two-brokers"], c["pg-restart"], c["pg-restart-fast"], c["pg-restart-immediate"],
-		c["conn-drop"], c["conn-drop-backends"], c["slow-db"], c["graceful-stop"])
+	if r.rep != nil {
+		mode := "asynchronous"
+		if r.rep.sync {
+			mode = "synchronous"
+		}
+		r.out.line("faults injected: failover=%d (kill -9 of the primary's postmaster) promotions=%d, %s standby; graceful-stops=%d",
+			c["failover"], c["promotion"], mode, c["graceful-stop"])
+		if !r.rep.sync {
+			r.out.line("asynchronous standby: acknowledged then lost=%d (answered before the kill %d, up to %.3fs before it; after the kill, by a backend of the dead postmaster, %d, up to %.3fs after it); "+
+				"of those stored again by a later resend under a new message_id=%d; duplicate answers naming a lost original=%d",
+				s.AsyncLost, s.AsyncLostBefore, s.AsyncMaxAge.Seconds(), s.AsyncLostAfter, s.AsyncMaxLate.Seconds(), s.AsyncRestored, s.AsyncStaleDups)
+		}
+	} else {
+		r.out.line("faults injected: kill9=%d freeze=%d two-brokers=%d pg-restart=%d (fast=%d immediate=%d) conn-drop=%d sweeps (%d backends) slow-db=%d lock holds; graceful-stops=%d",
+			c["kill9"], c["freeze"], c["two-brokers"], c["pg-restart"], c["pg-restart-fast"], c["pg-restart-immediate"],
+			c["conn-drop"], c["conn-drop-backends"], c["slow-db"], c["graceful-stop"])
+	}
 	r.out.line("indefinite answers (retried): %s", r.errs)
 	for _, ex := range r.errs.examples() {
 		r.out.line("    e.g. %s", ex)
@@ -593,14 +686,19 @@ func (r *runner) cleanup(keep bool) {
 			_ = b.kill()
 		}
 	}
-	if r.pg != nil {
-		if err := r.pg.stop(); err != nil {
-			r.out.line("stopping PostgreSQL: %v", err)
+	for _, c := range r.clusters {
+		if err := c.stop(); err != nil {
+			r.out.line("stopping PostgreSQL %s: %v", c.name, err)
+		}
+		if pm := postmasterPID(c.data); pm > 0 && processAlive(pm) {
+			_ = syscall.Kill(pm, syscall.SIGKILL)
 		}
 		if keep && r.tmp != "" {
-			_ = copyFile(r.pg.logFile, filepath.Join(r.tmp, "postgres.log"))
+			_ = copyFile(c.logFile, filepath.Join(r.tmp, c.logName()))
 		}
-		_ = os.RemoveAll(r.pg.dir)
+	}
+	if r.pgBase != "" {
+		_ = os.RemoveAll(r.pgBase)
 		if r.pgRoot != "" {
 			_ = os.Remove(r.pgRoot) // only when empty
 		}

@@ -61,6 +61,9 @@ type cluster struct {
 	owner   string // "postgres" when running as root, else ""
 	uid     int
 	gid     int
+	// name labels the cluster in messages ("" for the single cluster of the
+	// mixed scenario, "n0"/"n1" for the nodes of the failover scenario).
+	name string
 }
 
 const appName = "regina-faults"
@@ -142,14 +145,29 @@ func (c *cluster) options() string {
 	if len(c.sock)+len("/.s.PGSQL.65535") > 107 {
 		sock = "-k ''"
 	}
-	return fmt.Sprintf("-p %d %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 -c log_min_messages=warning",
+	o := fmt.Sprintf("-p %d %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 -c log_min_messages=warning",
 		c.port, sock)
+	if c.name != "" {
+		// A node of the failover pair: its WAL receiver reports this name
+		// (pg_stat_replication.application_name).
+		o += " -c cluster_name=" + c.name
+	}
+	return o
 }
 
 func (c *cluster) start(ctx context.Context) error {
+	return c.startOn(ctx, false)
+}
+
+// startOn starts the cluster; keepPort retries on the cluster's own port
+// instead of moving to a free one (a node of a multi-host URL must stay where
+// the URL says).
+func (c *cluster) startOn(ctx context.Context, keepPort bool) error {
 	var last error
 	for try := 0; try < 3; try++ {
-		if c.port == 0 || try > 0 {
+		if try > 0 && keepPort {
+			sleepCtx(ctx, time.Second)
+		} else if c.port == 0 || try > 0 {
 			port, err := freePort()
 			if err != nil {
 				return err
@@ -206,6 +224,14 @@ func postmasterPID(data string) int {
 	line, _, _ := strings.Cut(string(b), "\n")
 	pid, _ := strconv.Atoi(strings.TrimSpace(line))
 	return pid
+}
+
+// logName is the name of the cluster's server log among the kept evidence.
+func (c *cluster) logName() string {
+	if c.name == "" {
+		return "postgres.log"
+	}
+	return "postgres-" + c.name + ".log"
 }
 
 // url is a connection string to the cluster's postgres database.
