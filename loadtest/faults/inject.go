@@ -302,7 +302,7 @@ func (r *runner) ensureServing(ctx context.Context) error {
 			return err
 		}
 	}
-	if r.rep != nil && !r.b.running() {
+	if r.rep != nil && r.o.brokers == 2 && !r.b.running() {
 		r.logf("broker B is not running; restarting it")
 		return r.b.start(ctx, false)
 	}

@@ -95,6 +95,7 @@ type options struct {
 	// standbyLag freezes the primary's WAL sender this long before every
 	// other failover (0 = never).
 	standbyLag time.Duration
+	brokers    int // failover scenarios: 1 or 2 brokers
 }
 
 // Scenarios.
@@ -127,6 +128,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.parts, "partitions", 6, "partitions of the queue (p0, p1, ...)")
 	fs.Float64Var(&o.stormProb, "storms", 0.15, "share of producer turns that resend an already answered batch 1-3 times at once")
 	fs.StringVar(&o.scenario, "scenario", scenarioMixed, "mixed (one PostgreSQL, -faults round-robin), failover (primary + synchronous standby: kill -9 the primary, promote the standby, repeat) or failover-async (the same with an asynchronous standby)")
+	fs.IntVar(&o.brokers, "brokers", 2, "failover scenarios: brokers serving the whole run, traffic split (1 or 2)")
 	fs.DurationVar(&o.standbyLag, "standby-lag", time.Second, "failover scenarios: freeze the primary's WAL sender this long before every other kill (0 = never)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -170,6 +172,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 	default:
 		return o, fmt.Errorf("-scenario %q: use %s, %s or %s", o.scenario, scenarioMixed, scenarioFailover, scenarioFailoverAsync)
+	}
+	if o.brokers < 1 || o.brokers > 2 {
+		return o, fmt.Errorf("-brokers %d: use 1 or 2", o.brokers)
 	}
 	if o.standbyLag < 0 {
 		return o, fmt.Errorf("-standby-lag %s is negative", o.standbyLag)
@@ -231,6 +236,7 @@ type runner struct {
 	pgRoot     string
 	pg         *cluster // the (current primary) PostgreSQL
 	rep        *replication
+	lp         *loadPlan
 	clusters   []*cluster // every cluster of the run, for cleanup
 	pgBase     string     // directory holding this run's clusters
 	a, b       *broker
@@ -457,7 +463,7 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	}
 	r.eps.set(r.a.url())
 	r.logf("broker A (pid %d) serving on %s", r.a.pid(), r.a.url())
-	if r.rep != nil {
+	if r.rep != nil && r.o.brokers == 2 {
 		// Two brokers on the pair the whole run, traffic split: each one's
 		// cache must stay right about what the other wrote across failovers.
 		if err := r.b.start(ctx, false); err != nil {
@@ -474,6 +480,7 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 			MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second, DisableCompression: true,
 			DialContext: (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
 		}}}
+	r.lp = lp
 	if r.o.short {
 		lp.pause = 2 * time.Millisecond
 	}

@@ -103,6 +103,9 @@ type loadPlan struct {
 	stopNew chan struct{}
 	// giveUpAt (unix nanos, 0 = not yet known) is when producers stop retrying.
 	giveUpAt atomic.Int64
+	// quiet is a bit set of partition indexes that new batches and storms
+	// leave alone for now (retries still go wherever their batch goes).
+	quiet atomic.Uint64
 
 	hist   *History
 	eps    *endpoints
@@ -346,12 +349,39 @@ func (p *producer) run(ctx context.Context) {
 	}
 }
 
+// pickPartition picks a partition that is not quiet.
+func (p *producer) pickPartition() string {
+	quiet := p.lp.quiet.Load()
+	for {
+		i := p.rng.IntN(len(p.lp.partitions))
+		if quiet&(1<<i) == 0 {
+			return p.lp.partitions[i]
+		}
+	}
+}
+
+// touchesQuiet reports whether b has an item in a quiet partition.
+func (lp *loadPlan) touchesQuiet(b *Batch) bool {
+	quiet := lp.quiet.Load()
+	if quiet == 0 {
+		return false
+	}
+	for _, it := range b.Items {
+		for i, name := range lp.partitions {
+			if name == it.Partition && quiet&(1<<i) != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (p *producer) newBatch() *Batch {
 	lp := p.lp
 	n := 1 + p.rng.IntN(lp.maxItems)
 	items := make([]Item, 0, n)
 	single := p.rng.IntN(2) == 0
-	part := lp.partitions[p.rng.IntN(len(lp.partitions))]
+	part := p.pickPartition()
 	for i := 0; i < n; i++ {
 		if i > 0 && p.rng.Float64() < lp.repeatProb {
 			// The same transaction id twice in one body (same partition):
@@ -360,7 +390,7 @@ func (p *producer) newBatch() *Batch {
 			continue
 		}
 		if !single {
-			part = lp.partitions[p.rng.IntN(len(lp.partitions))]
+			part = p.pickPartition()
 		}
 		p.seq++
 		items = append(items, Item{Partition: part, TxID: fmt.Sprintf("%s-w%02d-%06d", lp.runID, p.id, p.seq)})
@@ -425,6 +455,9 @@ func (p *producer) deliver(ctx context.Context, b *Batch) {
 // storm resends an already settled batch 1-3 times at once, to random brokers.
 func (p *producer) storm(ctx context.Context) {
 	b := p.done[p.rng.IntN(len(p.done))]
+	if p.lp.touchesQuiet(b) {
+		return
+	}
 	n := 1 + p.rng.IntN(3)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
