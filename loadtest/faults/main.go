@@ -212,7 +212,10 @@ type timing struct {
 
 func timingFor(o options) timing {
 	if o.short {
-		return timing{warmup: time.Second, tail: time.Second, gap: 500 * time.Millisecond,
+		// No warmup: the short run needs every second of its load for
+		// faults (in the failover scenario the first kill lands once the
+		// load has started).
+		return timing{warmup: 0, tail: time.Second, gap: 500 * time.Millisecond,
 			window: 1500 * time.Millisecond, minWindow: time.Second,
 			downtime: 200 * time.Millisecond, hold: 300 * time.Millisecond, drain: 20 * time.Second,
 			freeze: 2500 * time.Millisecond, timeout: 2 * time.Second, detect: 700 * time.Millisecond, sweeps: 2, holds: 2}
