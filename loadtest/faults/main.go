@@ -227,27 +227,29 @@ func timingFor(o options) timing {
 }
 
 type runner struct {
-	o          options
-	t          timing
-	out        *output
-	start      time.Time
-	loadStart  time.Time
-	loadEnd    time.Time
-	runID      string
-	repo       string
-	tmp        string
-	pgRoot     string
-	pg         *cluster // the (current primary) PostgreSQL
-	rep        *replication
-	lp         *loadPlan
-	clusters   []*cluster // every cluster of the run, for cleanup
-	pgBase     string     // directory holding this run's clusters
-	a, b       *broker
-	eps        *endpoints
-	hist       *History
-	errs       *errorCounts
-	partitions []string
-	rng        *mrand.Rand
+	o         options
+	t         timing
+	out       *output
+	start     time.Time
+	loadStart time.Time
+	loadEnd   time.Time
+	// allKindsRan is closed once every selected fault kind has run.
+	allKindsRan chan struct{}
+	runID       string
+	repo        string
+	tmp         string
+	pgRoot      string
+	pg          *cluster // the (current primary) PostgreSQL
+	rep         *replication
+	lp          *loadPlan
+	clusters    []*cluster // every cluster of the run, for cleanup
+	pgBase      string     // directory holding this run's clusters
+	a, b        *broker
+	eps         *endpoints
+	hist        *History
+	errs        *errorCounts
+	partitions  []string
+	rng         *mrand.Rand
 
 	mu     sync.Mutex
 	extra  []Violation
@@ -520,11 +522,23 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		}(prods[i])
 	}
 	injErr := make(chan error, 1)
+	r.allKindsRan = make(chan struct{})
 	go func() { injErr <- r.inject(ctx) }()
 
 	sleepUntil(ctx, r.loadEnd)
+	// The load lasts until every fault kind ran once (a slow machine may
+	// need longer than -duration for that).
+	injDone := false
+	select {
+	case <-r.allKindsRan:
+	case err = <-injErr:
+		injDone = true
+	case <-ctx.Done():
+	}
 	close(lp.stopNew)
-	err = <-injErr
+	if !injDone {
+		err = <-injErr
+	}
 	lp.giveUpAt.Store(time.Now().Add(r.t.drain).UnixNano())
 	if err != nil {
 		stopProducers()
