@@ -224,35 +224,3 @@ func (r *Registry) closeHydrations() {
 	r.hyd.cancel()
 	r.hyd.wg.Wait()
 }
-
-// watermark asks the cache for the batch's probe watermark (window > 0 only)
-// and starts a hydration when the cache cannot vouch for the partition.
-func (a *actor) watermark() int64 {
-	if a.ref.WindowSeconds <= 0 {
-		return reginatype.NoWatermark
-	}
-	w, reason := a.reg.cache.Watermark(a.ref.ID, a.ref.WindowSeconds, a.scratch.hashes)
-	if needsHydration(reason) {
-		a.reg.maybeHydrate(a.ref.ID)
-	}
-	return w
-}
-
-// learn teaches the cache the segment a push wrote: the hashes of the stored
-// leaders (the batch minus the duplicates SQL found), in frame order.
-func (a *actor) learn(res *reginatype.PushResult) {
-	if res.FirstOffset < 0 {
-		return // every item was a duplicate: nothing was written
-	}
-	s := &a.scratch
-	s.stored = s.stored[:0]
-	d := 0
-	for i, h := range s.hashes {
-		if d < len(res.DupIndex) && res.DupIndex[d] == i {
-			d++
-			continue
-		}
-		s.stored = append(s.stored, h)
-	}
-	a.reg.cache.Learn(a.ref.ID, res.WindowSeconds, res.FirstOffset, s.stored, res.CreatedAt)
-}

@@ -13,15 +13,29 @@ import (
 	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
-	"github.com/regina-mq/regina/sqlstore"
 )
+
+// Store is what the push pipeline needs from the database (package sqlstore
+// implements it).
+type Store interface {
+	// EnsurePartition resolves (creating when missing) a queue's partition.
+	EnsurePartition(ctx context.Context, queue, partition string) (reginatype.PartitionRef, error)
+	// Push runs one batch's push transaction.
+	Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.PushResult, error)
+	// SidecarDepth estimates the hashes in a partition's window, so that a
+	// cache load that could not fit the budget is not started.
+	SidecarDepth(ctx context.Context, p partition.UUID) (int64, error)
+	// LoadHydration reads what the dedup cache needs to vouch for a
+	// partition (at most maxHashes hashes).
+	LoadHydration(ctx context.Context, p partition.UUID, maxHashes int) (reginatype.Hydration, error)
+}
 
 // Config bounds the actors. Zero fields take their defaults.
 type Config struct {
 	// MailboxMaxItems bounds the items waiting in one partition's mailbox
 	// (default 10000). A group that would cross it is refused with
-	// reginatype.ErrMailboxFull, unless the mailbox is empty (a single large push is
-	// always accepted; the HTTP body limit bounds it).
+	// reginatype.ErrMailboxFull, unless the mailbox is empty (a single large
+	// push is always accepted; the HTTP body limit bounds it).
 	MailboxMaxItems int
 	// MailboxMaxBytes bounds the payload bytes waiting in one mailbox
 	// (default 64 MiB), with the same rule.
@@ -52,8 +66,7 @@ type Config struct {
 	// in the batch. Tests use it to hold an actor while its mailbox fills.
 	BeforeBatch func(queue, partition string, items int)
 
-	// Metrics receives the push path's metrics; the registry also installs
-	// itself as its scrape-time source. nil: a private one (Registry.Metrics).
+	// Metrics receives the push path's metrics. nil: a private one.
 	Metrics *metrics.Metrics
 }
 
@@ -87,6 +100,7 @@ type Stats struct {
 	MailboxDepth int
 	Batches      uint64
 	Queued       uint64
+	// Duplicates counts the items answered duplicate (followers included).
 	Duplicates   uint64
 	MailboxFull  uint64
 	PushFailures uint64
@@ -96,14 +110,15 @@ type Stats struct {
 	Hydrations HydrationStats
 }
 
-// Registry owns the live partition actors and is the broker's entry point
-// for pushes and queue administration.
+// Registry owns the live partition actors: it is the push pipeline (see
+// push.go) and the source of the long-poll signals (see signals.go).
 type Registry struct {
-	store *sqlstore.Store
+	store Store
 	cfg   Config
 	log   zerolog.Logger
 	cache *cache.Cache
 	hyd   *hydrator
+	hooks hooks
 
 	mu      sync.Mutex
 	actors  map[string]*actor
@@ -115,14 +130,23 @@ type Registry struct {
 	batches, queued, duplicates, mailboxFull, pushFailures atomic.Uint64
 }
 
+// hooks let the package's tests act at points no event shows from outside.
+// Zero values do nothing.
+type hooks struct {
+	// afterLookup runs in submit between finding the actor and enqueueing.
+	afterLookup func(*actor)
+	// retired runs when an actor has left the registry.
+	retired func(*actor)
+}
+
 // NewRegistry returns a registry pushing through store.
-func NewRegistry(store *sqlstore.Store, cfg Config) *Registry {
+func NewRegistry(store Store, cfg Config) *Registry {
 	cfg = cfg.WithDefaults()
 	c := cfg.Cache
 	if c == nil {
 		c = cache.New(cache.Config{Enabled: false})
 	}
-	r := &Registry{
+	return &Registry{
 		store:  store,
 		cfg:    cfg,
 		log:    cfg.Logger.With().Str("component", "actor").Logger(),
@@ -130,90 +154,6 @@ func NewRegistry(store *sqlstore.Store, cfg Config) *Registry {
 		hyd:    newHydrator(cfg.CacheBudgetBytes),
 		actors: make(map[string]*actor),
 		stop:   make(chan struct{}),
-	}
-	cfg.Metrics.SetSource(r.metricsSnapshot)
-	return r
-}
-
-// Item is one push item, validated by the caller. Payload must not alias a
-// buffer the caller reuses: the actor reads it after the caller returns.
-type Item struct {
-	TransactionID string
-	TraceID       partition.UUID
-	HasTrace      bool
-	Payload       []byte
-}
-
-// Result is the verdict of one item.
-type Result struct {
-	Status partition.Status
-	// MessageID is the stored message's id, or for a duplicate the original's
-	// (partition.ZeroUUID when the original's segment is gone).
-	MessageID partition.UUID
-}
-
-// Group is the part of a push request that targets one partition. The actor
-// fills Results (one per item, in order) or sets Err for the whole group.
-type Group struct {
-	Queue, Partition string
-	Items            []Item
-	Results          []Result
-	// PartitionID is the partition the group was written to.
-	PartitionID partition.UUID
-	// Err is set when the group as a whole failed; no item of it was written,
-	// or (reginatype.ErrOutcomeUnknown) the outcome is unknown.
-	Err error
-
-	bytes int
-	done  chan struct{}
-}
-
-func key(queue, part string) string { return queue + "\x00" + part }
-
-// Push hands every group to its partition's actor and waits until all are
-// answered. Groups for different partitions commit independently.
-func (r *Registry) Push(ctx context.Context, groups []*Group) {
-	for _, g := range groups {
-		g.done = make(chan struct{})
-		g.Results = make([]Result, len(g.Items))
-		g.bytes = 0
-		for i := range g.Items {
-			g.bytes += len(g.Items[i].Payload) + len(g.Items[i].TransactionID)
-		}
-		if err := r.submit(g); err != nil {
-			g.Err = err
-			close(g.done)
-		}
-	}
-	for _, g := range groups {
-		<-g.done
-	}
-}
-
-func (r *Registry) submit(g *Group) error {
-	k := key(g.Queue, g.Partition)
-	for {
-		r.mu.Lock()
-		if r.closing {
-			r.mu.Unlock()
-			return reginatype.ErrShuttingDown
-		}
-		a := r.actors[k]
-		if a == nil {
-			a = newActor(r, g.Queue, g.Partition)
-			r.actors[k] = a
-			r.wg.Add(1)
-			go a.run()
-		}
-		r.mu.Unlock()
-		err := a.enqueue(g)
-		if err == errRetired {
-			continue // it retired between lookup and enqueue: start a new one
-		}
-		if err == reginatype.ErrMailboxFull {
-			r.mailboxFull.Add(1)
-		}
-		return err
 	}
 }
 
@@ -224,6 +164,9 @@ func (r *Registry) remove(a *actor) {
 		delete(r.actors, a.key)
 	}
 	r.mu.Unlock()
+	if h := r.hooks.retired; h != nil {
+		h(a)
+	}
 	r.wg.Done()
 }
 
@@ -253,16 +196,43 @@ func (r *Registry) Stats() Stats {
 	}
 	r.mu.Unlock()
 	return Stats{
-		Actors: n, MailboxDepth: depth, Batches: r.batches.Load(), Queued: r.queued.Load(), Duplicates: r.duplicates.Load(),
-		MailboxFull: r.mailboxFull.Load(), PushFailures: r.pushFailures.Load(),
+		Actors: n, MailboxDepth: depth, Batches: r.batches.Load(), Queued: r.queued.Load(),
+		Duplicates: r.duplicates.Load(), MailboxFull: r.mailboxFull.Load(), PushFailures: r.pushFailures.Load(),
 		DedupCache: r.cache.Stats(), Hydrations: r.hyd.stats(),
+	}
+}
+
+// Snapshot returns the registry's part of the broker's metrics snapshot
+// (everything but the connection pool, which the caller adds).
+func (r *Registry) Snapshot() metrics.Snapshot {
+	st := r.Stats()
+	c, h := &st.DedupCache, &st.Hydrations
+	budget := r.cfg.CacheBudgetBytes
+	if budget <= 0 {
+		budget = defaultCacheBudget
+	}
+	if r.cfg.Cache == nil {
+		budget = 0
+	}
+	return metrics.Snapshot{
+		Actors: st.Actors, MailboxDepth: st.MailboxDepth, MailboxFull: st.MailboxFull, PushFailures: st.PushFailures,
+		Batches: st.Batches, Queued: st.Queued, Duplicates: st.Duplicates,
+		Cache: metrics.CacheSnapshot{
+			Hits: c.Hits, Found: c.Found, Sentinels: c.Sentinels, SentinelsByReason: c.SentinelsByReason,
+			Bytes: c.Bytes, Budget: budget, Hashes: c.Hashes,
+			Partitions: c.Partitions, Hydrating: c.Hydrating, Tombstones: c.Tombstones, TooBig: c.TooBig,
+			Evictions: c.Evictions,
+			Hydrations: map[string]uint64{"started": h.Started, "finished": h.Finished, "failed": h.Failed,
+				"aborted": h.Aborted, "truncated": h.Truncated, "busy": h.Busy, "too_deep": h.TooDeep},
+			HydrationsRunning: h.Running,
+		},
 	}
 }
 
 // Close stops accepting pushes, lets every actor drain its mailbox (each
 // waiting group is answered), cancels the dedup cache's background loads,
-// and waits for all of them to exit or for ctx to end. It is safe to call
-// more than once.
+// ends waiting long polls, and waits for all of them to exit or for ctx to
+// end. It is safe to call more than once.
 func (r *Registry) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if !r.closing {
@@ -279,31 +249,4 @@ func (r *Registry) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("close actors: %w", ctx.Err())
 	}
-}
-
-// Ping checks the database.
-func (r *Registry) Ping(ctx context.Context) error { return r.store.Ping(ctx) }
-
-// PoolStats returns the database pool's figures.
-func (r *Registry) PoolStats() sqlstore.PoolStats { return r.store.PoolStats() }
-
-// Configure fully replaces a queue's options (creating it when missing).
-func (r *Registry) Configure(ctx context.Context, queue, namespace, task string, o partition.QueueOptions) (reginatype.ConfiguredQueue, error) {
-	return r.store.Configure(ctx, queue, namespace, task, o)
-}
-
-// DeleteQueue deletes a queue and everything in it, and drops its partitions
-// from the dedup cache. Live actors of its partitions notice at their next
-// batch and recreate the partition.
-func (r *Registry) DeleteQueue(ctx context.Context, queue string) (bool, error) {
-	existed, parts, err := r.store.DeleteQueue(ctx, queue)
-	for _, p := range parts {
-		r.cache.Forget(p)
-	}
-	return existed, err
-}
-
-// ListQueues lists every queue.
-func (r *Registry) ListQueues(ctx context.Context) ([]reginatype.QueueSummary, error) {
-	return r.store.ListQueues(ctx)
 }

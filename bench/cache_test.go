@@ -193,7 +193,7 @@ func benchCachePush(b *testing.B, st *sqlstore.Store, n int, load, mode string) 
 	var recent []string
 	payload := []byte(`{"data":"` + strings.Repeat("x", 189) + `"}`)
 	push := func() {
-		g := &actor.Group{Queue: "cachebench", Partition: "hot", Items: make([]actor.Item, cacheBenchBatch)}
+		g := &reginatype.PushGroup{Queue: "cachebench", Partition: "hot", Items: make([]reginatype.PushItem, cacheBenchBatch)}
 		for i := range g.Items {
 			seq++
 			tx := "r" + run + "-" + strconv.Itoa(seq)
@@ -203,14 +203,14 @@ func benchCachePush(b *testing.B, st *sqlstore.Store, n int, load, mode string) 
 			case load == "old" && i%100 == 0:
 				tx = "pre-" + strconv.Itoa((seq*7919)%n)
 			}
-			g.Items[i] = actor.Item{TransactionID: tx, Payload: payload}
+			g.Items[i] = reginatype.PushItem{TransactionID: tx, Payload: payload}
 			if len(recent) < 10*cacheBenchBatch {
 				recent = append(recent, tx)
 			} else {
 				recent[seq%len(recent)] = tx
 			}
 		}
-		reg.Push(ctx, []*actor.Group{g})
+		reg.Push(ctx, []*reginatype.PushGroup{g})
 		if g.Err != nil {
 			b.Fatal(g.Err)
 		}

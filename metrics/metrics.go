@@ -270,14 +270,19 @@ func (q *queueLabels) label(name string) string {
 }
 
 // Snapshot is what the broker reports at scrape time (gauges, and counters
-// kept elsewhere). The actor registry provides it (SetSource).
+// kept elsewhere): the push pipeline's figures (package actor), the
+// connection pool's and the dedup cache's. The broker installs its source
+// (SetSource); the JSON views (/metrics, /api/v1/status) read it too.
 type Snapshot struct {
 	Actors       int
 	MailboxDepth int
 	MailboxFull  uint64
 	PushFailures uint64
-	Pool         PoolSnapshot
-	Cache        CacheSnapshot
+	// Batches counts push transactions; Queued and Duplicates the items
+	// answered queued and duplicate.
+	Batches, Queued, Duplicates uint64
+	Pool                        PoolSnapshot
+	Cache                       CacheSnapshot
 }
 
 // PoolSnapshot is the PostgreSQL connection pool.
@@ -292,6 +297,7 @@ type CacheSnapshot struct {
 	// Hits counts watermark probes (the cache vouched for the partition);
 	// SentinelsByReason the full-window probes by the cache's reason.
 	Hits, Found       uint64
+	Sentinels         uint64
 	SentinelsByReason map[string]uint64
 	Bytes, Budget     int64
 	Hashes            int64
@@ -309,6 +315,14 @@ type CacheSnapshot struct {
 // SetSource installs the function called at every scrape for the Snapshot
 // families. Without one they are not reported.
 func (m *Metrics) SetSource(f func() Snapshot) { m.source.Store(&f) }
+
+// Snapshot calls the installed source; the zero Snapshot without one.
+func (m *Metrics) Snapshot() Snapshot {
+	if f := m.source.Load(); f != nil {
+		return (*f)()
+	}
+	return Snapshot{}
+}
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)

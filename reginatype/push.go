@@ -75,3 +75,37 @@ type PushResult struct {
 	DupOriginal []partition.UUID
 	DupCreated  []time.Time
 }
+
+// PushItem is one item of a push, validated by the caller.
+type PushItem struct {
+	// TransactionID is the producer's idempotency key (the caller mints one
+	// when the producer gave none).
+	TransactionID string
+	TraceID       partition.UUID
+	HasTrace      bool
+	// Payload is the raw JSON value as received.
+	Payload []byte
+}
+
+// PushVerdict is the answer for one pushed item.
+type PushVerdict struct {
+	Status partition.Status
+	// MessageID is the stored message's id, or for a duplicate the
+	// original's (partition.ZeroUUID when the original's segment is gone).
+	MessageID partition.UUID
+}
+
+// PushGroup is the part of a push request that targets one partition. The
+// caller fills Queue, Partition and Items; the push fills either Results
+// (one per item, in order) and PartitionID, or Err for the whole group.
+type PushGroup struct {
+	Queue, Partition string
+	Items            []PushItem
+	// Results are the items' verdicts, in Items order.
+	Results []PushVerdict
+	// PartitionID is the partition the group was written to.
+	PartitionID partition.UUID
+	// Err is set when the group as a whole has no verdicts: nothing of it was
+	// written, or (ErrOutcomeUnknown) it is not known whether it was.
+	Err error
+}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/regina-mq/regina/actor"
+	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/partition"
 )
 
@@ -16,7 +16,7 @@ func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	status, db, code := "healthy", "connected", fasthttp.StatusOK
-	if err := s.reg.Ping(c); err != nil {
+	if err := s.b.Pinger.Ping(c); err != nil {
 		status, db, code = "unhealthy", "disconnected", fasthttp.StatusServiceUnavailable
 	}
 	writeJSON(ctx, code, map[string]any{
@@ -28,8 +28,8 @@ func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
 
 // handleMetrics serves GET /metrics, the JSON summary Queen clients read.
 func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
-	st := s.reg.Stats()
-	ps := s.reg.PoolStats()
+	st := s.metrics.Snapshot()
+	ps := &st.Pool
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
@@ -49,15 +49,16 @@ func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
 // dedupCacheMetrics is the dedup cache's part of /metrics: watermark hits
 // (and the batch hashes they found), the sentinels (full-window probes) by
 // reason, what the cache holds, and its background loads.
-func dedupCacheMetrics(st *actor.Stats) map[string]any {
-	c, h := &st.DedupCache, &st.Hydrations
+func dedupCacheMetrics(st *metrics.Snapshot) map[string]any {
+	c, h := &st.Cache, st.Cache.Hydrations
 	return map[string]any{
 		"hits": c.Hits, "found": c.Found,
 		"sentinels": c.Sentinels, "sentinelsByReason": c.SentinelsByReason,
 		"bytes": c.Bytes, "partitions": c.Partitions, "hashes": c.Hashes,
 		"hydrating": c.Hydrating, "tombstones": c.Tombstones, "tooBig": c.TooBig, "evictions": c.Evictions,
-		"hydrations": map[string]any{"started": h.Started, "finished": h.Finished, "failed": h.Failed,
-			"aborted": h.Aborted, "truncated": h.Truncated, "busy": h.Busy, "tooDeep": h.TooDeep, "running": h.Running},
+		"hydrations": map[string]any{"started": h["started"], "finished": h["finished"], "failed": h["failed"],
+			"aborted": h["aborted"], "truncated": h["truncated"], "busy": h["busy"], "tooDeep": h["too_deep"],
+			"running": c.HydrationsRunning},
 	}
 }
 
@@ -80,7 +81,7 @@ type messageCounts struct {
 
 // handleListQueues serves GET /api/v1/resources/queues.
 func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
-	qs, err := s.reg.ListQueues(ctx)
+	qs, err := s.b.Admin.ListQueues(ctx)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -103,7 +104,7 @@ func (s *Server) handleGetQueue(ctx *fasthttp.RequestCtx, name string) {
 
 // handleDeleteQueue serves DELETE /api/v1/resources/queues/:queue.
 func (s *Server) handleDeleteQueue(ctx *fasthttp.RequestCtx, name string) {
-	existed, err := s.reg.DeleteQueue(ctx, name)
+	existed, err := s.b.QueueDeleter.DeleteQueue(ctx, name)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return

@@ -171,7 +171,7 @@ func newQueueDetailView(q *reginatype.QueueDetail, now time.Time, withPartitions
 
 // queueDetail reads one queue; found is false when it does not exist.
 func (s *Server) queueDetail(ctx *fasthttp.RequestCtx, name string) (*reginatype.QueueDetail, time.Time, bool) {
-	qs, now, err := s.reg.QueueDetails(ctx, reginatype.QueueFilter{Name: name})
+	qs, now, err := s.b.Admin.QueueDetails(ctx, reginatype.QueueFilter{Name: name})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return nil, now, false
@@ -254,7 +254,7 @@ func summarize(qs []reginatype.QueueDetail, now time.Time) overview {
 // partitions, namespaces, tasks and consumer groups, and queue-mode message
 // totals.
 func (s *Server) handleOverview(ctx *fasthttp.RequestCtx) {
-	qs, now, err := s.reg.QueueDetails(ctx, reginatype.QueueFilter{})
+	qs, now, err := s.b.Admin.QueueDetails(ctx, reginatype.QueueFilter{})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -307,7 +307,7 @@ func grouped(qs []reginatype.QueueDetail, key func(*reginatype.QueueDetail) stri
 
 // handleNamespaces serves GET /api/v1/resources/namespaces.
 func (s *Server) handleNamespaces(ctx *fasthttp.RequestCtx) {
-	qs, _, err := s.reg.QueueDetails(ctx, reginatype.QueueFilter{})
+	qs, _, err := s.b.Admin.QueueDetails(ctx, reginatype.QueueFilter{})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -318,7 +318,7 @@ func (s *Server) handleNamespaces(ctx *fasthttp.RequestCtx) {
 
 // handleTasks serves GET /api/v1/resources/tasks.
 func (s *Server) handleTasks(ctx *fasthttp.RequestCtx) {
-	qs, _, err := s.reg.QueueDetails(ctx, reginatype.QueueFilter{})
+	qs, _, err := s.b.Admin.QueueDetails(ctx, reginatype.QueueFilter{})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -330,13 +330,13 @@ func (s *Server) handleTasks(ctx *fasthttp.RequestCtx) {
 // handleStatus serves GET /api/v1/status (queue, namespace/ns, task filter
 // the counts): the database, the broker's runtime counters and the overview.
 func (s *Server) handleStatus(ctx *fasthttp.RequestCtx) {
-	qs, now, err := s.reg.QueueDetails(ctx, queueFilter(ctx.QueryArgs()))
+	qs, now, err := s.b.Admin.QueueDetails(ctx, queueFilter(ctx.QueryArgs()))
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
 	}
-	st := s.reg.Stats()
-	ps := s.reg.PoolStats()
+	st := s.metrics.Snapshot()
+	ps := &st.Pool
 	o := summarize(qs, now)
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
 		"timestamp": o.Timestamp, "uptimeSeconds": int64(time.Since(s.started).Seconds()),
@@ -357,7 +357,7 @@ func (s *Server) handleStatusQueues(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
 	limit := min(max(queryInt(args, "limit", 100), 1), 10000)
 	offset := max(queryInt(args, "offset", 0), 0)
-	qs, now, err := s.reg.QueueDetails(ctx, queueFilter(args))
+	qs, now, err := s.b.Admin.QueueDetails(ctx, queueFilter(args))
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -415,7 +415,7 @@ func (s *Server) handleListMessages(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	list, total, err := s.reg.ListMessages(ctx, f)
+	list, total, err := s.b.Admin.ListMessages(ctx, f)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -435,7 +435,7 @@ func (s *Server) handleGetMessage(ctx *fasthttp.RequestCtx, partitionID, txID st
 		writeError(ctx, fasthttp.StatusBadRequest, "partitionId must be a UUID")
 		return
 	}
-	m, ok, err := s.reg.GetMessage(ctx, pid, txID)
+	m, ok, err := s.b.Admin.GetMessage(ctx, pid, txID)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return

@@ -127,7 +127,7 @@ func (s *Server) handleConfigure(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := s.reg.Configure(ctx, req.Queue, req.Namespace, req.Task, req.Options)
+	res, err := s.b.Admin.Configure(ctx, req.Queue, req.Namespace, req.Task, req.Options)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return

@@ -89,7 +89,7 @@ func (s *Server) handlePop(ctx *fasthttp.RequestCtx, queue, part string) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := s.reg.Pop(ctx, p.Req, p.Wait)
+	res, err := s.b.Popper.Pop(ctx, p.Req, p.Wait)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -313,7 +313,7 @@ type ackResultView struct {
 }
 
 func (s *Server) ack(ctx *fasthttp.RequestCtx, group string, items []reginatype.AckItem) {
-	res, err := s.reg.Ack(ctx, group, items)
+	res, err := s.b.Acker.Ack(ctx, group, items)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -360,7 +360,7 @@ func (s *Server) handleExtendLease(ctx *fasthttp.RequestCtx, leaseID string) {
 			seconds = n
 		}
 	}
-	exp, ok, expired, err := s.reg.ExtendLease(ctx, id, seconds)
+	exp, ok, expired, err := s.b.Acker.ExtendLease(ctx, id, seconds)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -409,7 +409,7 @@ func (s *Server) handleDLQ(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	list, total, err := s.reg.ListDLQ(ctx, f)
+	list, total, err := s.b.Admin.ListDLQ(ctx, f)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -472,7 +472,7 @@ func (s *Server) handleConsumerGroups(ctx *fasthttp.RequestCtx, method string, s
 	}
 	switch {
 	case len(segs) == 1 && method == "DELETE":
-		n, err := s.reg.DeleteConsumerGroup(ctx, group, "", deleteMeta)
+		n, err := s.b.Groups.DeleteConsumerGroup(ctx, group, "", deleteMeta)
 		if err != nil {
 			s.writeCoreError(ctx, err)
 			return
@@ -494,7 +494,7 @@ func (s *Server) handleConsumerGroups(ctx *fasthttp.RequestCtx, method string, s
 			writeError(ctx, fasthttp.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 timestamp")
 			return
 		}
-		n, err := s.reg.SetSubscription(ctx, group, t)
+		n, err := s.b.Groups.SetSubscription(ctx, group, t)
 		if err != nil {
 			s.writeCoreError(ctx, err)
 			return
@@ -502,7 +502,7 @@ func (s *Server) handleConsumerGroups(ctx *fasthttp.RequestCtx, method string, s
 		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group,
 			"subscriptionTimestamp": t.UTC().Format(time.RFC3339Nano), "queuesUpdated": n})
 	case len(segs) == 3 && segs[1] == "queues" && method == "DELETE":
-		n, err := s.reg.DeleteConsumerGroup(ctx, group, segs[2], deleteMeta)
+		n, err := s.b.Groups.DeleteConsumerGroup(ctx, group, segs[2], deleteMeta)
 		if err != nil {
 			s.writeCoreError(ctx, err)
 			return
@@ -549,7 +549,7 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx, group, queue, part string, needT
 		writeError(ctx, fasthttp.StatusBadRequest, "Either toEnd: true or timestamp is required")
 		return
 	}
-	n, ok, err := s.reg.Seek(ctx, group, queue, part, at)
+	n, ok, err := s.b.Groups.Seek(ctx, group, queue, part, at)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -572,7 +572,7 @@ func (s *Server) handleRetryMessage(ctx *fasthttp.RequestCtx, partitionID, txID 
 		writeError(ctx, fasthttp.StatusBadRequest, "partitionId must be a UUID")
 		return
 	}
-	out, err := s.reg.ReplayDLQ(ctx, pid, txID, string(ctx.QueryArgs().Peek("consumerGroup")))
+	out, err := s.b.Replayer.ReplayDLQ(ctx, pid, txID, string(ctx.QueryArgs().Peek("consumerGroup")))
 	if errors.Is(err, reginatype.ErrNotInDLQ) {
 		writeError(ctx, fasthttp.StatusNotFound, "Message not found in the dead-letter queue")
 		return

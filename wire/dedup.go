@@ -114,7 +114,7 @@ func (s *Server) handleDedupExplain(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, "queue, partition and transactionId are required")
 		return
 	}
-	res, err := s.reg.Explain(ctx, []reginatype.ExplainKey{k})
+	res, err := s.b.Admin.Explain(ctx, []reginatype.ExplainKey{k})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -210,7 +210,7 @@ func (s *Server) handleDedupLookup(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := s.reg.Explain(ctx, keys)
+	res, err := s.b.Admin.Explain(ctx, keys)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return

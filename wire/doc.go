@@ -1,9 +1,11 @@
 // Package wire is Regina's HTTP front end: the Queen MQ HTTP API on fasthttp.
 // It routes requests, decodes and validates JSON (push payloads are kept as
 // the raw bytes received, never re-encoded), splits pushes by (queue,
-// partition) into actor groups, and writes responses and error bodies
+// partition) into groups, and writes responses and error bodies
 // ({"error": "..."} with the right status).
 //
-// It depends on package actor (and partition for domain types) only; nothing
-// imports wire but cmd/regina.
+// It calls the broker only through the small interfaces it declares in
+// backend.go (Pusher, Popper, Acker, ...), speaks the vocabulary of package
+// reginatype, and imports neither actor nor sqlstore: cmd/regina wires the
+// real implementations in. Nothing imports wire but cmd/regina.
 package wire

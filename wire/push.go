@@ -7,8 +7,8 @@ import (
 
 	"github.com/segmentio/encoding/json"
 
-	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // MaxNameLen bounds queue and partition names, in bytes.
@@ -168,9 +168,9 @@ func truncate(s string, n int) string {
 
 // groupPush splits items by (queue, partition), keeping each group's items in
 // request order, and returns the groups and, per item, its group and position.
-func groupPush(items []PushItem) ([]*actor.Group, []itemRef) {
+func groupPush(items []PushItem) ([]*reginatype.PushGroup, []itemRef) {
 	refs := make([]itemRef, len(items))
-	var groups []*actor.Group
+	var groups []*reginatype.PushGroup
 	index := make(map[[2]string]int, 1)
 	for i := range items {
 		it := &items[i]
@@ -179,11 +179,11 @@ func groupPush(items []PushItem) ([]*actor.Group, []itemRef) {
 		if !ok {
 			gi = len(groups)
 			index[k] = gi
-			groups = append(groups, &actor.Group{Queue: it.Queue, Partition: it.Partition})
+			groups = append(groups, &reginatype.PushGroup{Queue: it.Queue, Partition: it.Partition})
 		}
 		g := groups[gi]
 		refs[i] = itemRef{group: gi, pos: len(g.Items)}
-		g.Items = append(g.Items, actor.Item{TransactionID: it.TransactionID, TraceID: it.TraceID,
+		g.Items = append(g.Items, reginatype.PushItem{TransactionID: it.TransactionID, TraceID: it.TraceID,
 			HasTrace: it.HasTrace, Payload: it.Payload})
 	}
 	return groups, refs

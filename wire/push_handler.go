@@ -1,10 +1,12 @@
 package wire
 
 import (
+	"context"
+
 	"github.com/valyala/fasthttp"
 
-	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
 
 // handlePush serves POST /api/v1/push: 201 with one result per item, in
@@ -22,7 +24,10 @@ func (s *Server) handlePush(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	groups, refs := groupPush(items)
-	s.reg.Push(ctx, groups)
+	// fasthttp's RequestCtx is done only when the server shuts down, and
+	// shutdown must answer every push already waiting with its verdict (the
+	// actors drain their mailboxes): the wait must not end with it.
+	s.b.Pusher.Push(context.WithoutCancel(ctx), groups)
 
 	var failed error
 	ok := 0
@@ -50,7 +55,7 @@ func (s *Server) handlePush(ctx *fasthttp.RequestCtx) {
 	writeRaw(ctx, fasthttp.StatusCreated, b)
 }
 
-func appendPushResult(b []byte, index int, it *PushItem, g *actor.Group, pos int) []byte {
+func appendPushResult(b []byte, index int, it *PushItem, g *reginatype.PushGroup, pos int) []byte {
 	b = append(b, `{"index":`...)
 	b = appendInt(b, int64(index))
 	if g.Err != nil {

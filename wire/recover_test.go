@@ -9,11 +9,11 @@ import (
 	"github.com/regina-mq/regina/metrics"
 )
 
-// A handler that panics (here: a server without a registry) answers 500
+// A handler that panics (here: a backend whose every call panics) answers 500
 // with a JSON error instead of taking the broker down.
 func TestHandlerPanicIsA500(t *testing.T) {
 	t.Parallel()
-	s := New(nil, Config{Metrics: metrics.New(metrics.Config{})})
+	s := New(newNilBackend(), Config{Metrics: metrics.New(metrics.Config{})})
 	var ctx fasthttp.RequestCtx
 	ctx.Request.Header.SetMethod("GET")
 	ctx.Request.SetRequestURI("/health")

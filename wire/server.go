@@ -12,7 +12,6 @@ import (
 	"github.com/segmentio/encoding/json"
 	"github.com/valyala/fasthttp"
 
-	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/reginatype"
 )
@@ -33,13 +32,14 @@ type Config struct {
 	// Logger receives the server's logs.
 	Logger zerolog.Logger
 	// Metrics receives the HTTP metrics and is served at /metrics/prometheus;
-	// nil uses the registry's (actor.Registry.Metrics).
+	// its Snapshot feeds the JSON views (/metrics, /api/v1/status). nil: a
+	// private one without a snapshot source.
 	Metrics *metrics.Metrics
 }
 
 // Server serves the Queen HTTP API.
 type Server struct {
-	reg     *actor.Registry
+	b       Backend
 	cfg     Config
 	log     zerolog.Logger
 	srv     *fasthttp.Server
@@ -47,8 +47,10 @@ type Server struct {
 	metrics *metrics.Metrics
 }
 
-// New returns a server for the registry.
-func New(reg *actor.Registry, cfg Config) *Server {
+// New returns a server calling b. It panics when a field of b is nil (a
+// wiring bug, caught at start).
+func New(b Backend, cfg Config) *Server {
+	b.mustBeComplete()
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 20
 	}
@@ -59,9 +61,9 @@ func New(reg *actor.Registry, cfg Config) *Server {
 		cfg.IdleTimeout = 120 * time.Second
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = reg.Metrics()
+		cfg.Metrics = metrics.New(metrics.Config{})
 	}
-	s := &Server{reg: reg, cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now(),
+	s := &Server{b: b, cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now(),
 		metrics: cfg.Metrics}
 	s.srv = &fasthttp.Server{
 		Handler:                       s.instrumented,

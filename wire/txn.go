@@ -148,7 +148,7 @@ func (s *Server) handleTransaction(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	id := partition.NewV7().String()
-	res, err := s.reg.Transaction(ctx, req.Pushes, req.Acks, req.Leases)
+	res, err := s.b.Transactor.Transaction(ctx, req.Pushes, req.Acks, req.Leases)
 	var dup *reginatype.DuplicateError
 	var ackErr *reginatype.TxnAckError
 	switch {

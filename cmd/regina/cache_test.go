@@ -508,13 +508,13 @@ func newRegHarness(t *testing.T, budget int64) *regHarness {
 }
 
 // push pushes txids to queue/part and returns the statuses.
-func (h *regHarness) push(t *testing.T, queue, part string, txids ...string) ([]string, *actor.Group) {
+func (h *regHarness) push(t *testing.T, queue, part string, txids ...string) ([]string, *reginatype.PushGroup) {
 	t.Helper()
-	g := &actor.Group{Queue: queue, Partition: part}
+	g := &reginatype.PushGroup{Queue: queue, Partition: part}
 	for _, tx := range txids {
-		g.Items = append(g.Items, actor.Item{TransactionID: tx, Payload: []byte(`{}`)})
+		g.Items = append(g.Items, reginatype.PushItem{TransactionID: tx, Payload: []byte(`{}`)})
 	}
-	h.reg.Push(context.Background(), []*actor.Group{g})
+	h.reg.Push(context.Background(), []*reginatype.PushGroup{g})
 	require.NoError(t, g.Err)
 	out := make([]string, len(g.Results))
 	for i, r := range g.Results {
@@ -584,7 +584,7 @@ func TestActorTeachesTheCacheWhatWasStored(t *testing.T) {
 	require.Equal(t, cache.ReasonGap, r)
 
 	// Deleting the queue forgets its partitions.
-	existed, err := h.reg.DeleteQueue(context.Background(), "q")
+	existed, err := h.reg.Link(h.st).DeleteQueue(context.Background(), "q")
 	require.NoError(t, err)
 	require.True(t, existed)
 	_, r = h.cache.Watermark(p, 3600, hashes("zzz"))

@@ -98,7 +98,22 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		IdleTimeout: cfg.ActorIdle, Logger: log, BeforeBatch: cfg.beforeBatch,
 		Cache: dedupCache, CacheBudgetBytes: cacheBudget, Metrics: met,
 	})
-	srv := wire.New(reg, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
+	met.SetSource(func() brokermetrics.Snapshot {
+		s := reg.Snapshot()
+		ps := store.PoolStats()
+		s.Pool = brokermetrics.PoolSnapshot{Total: ps.Total, Idle: ps.Idle, Acquired: ps.Acquired, Max: ps.Max,
+			EmptyAcquires: ps.EmptyAcquireCount}
+		return s
+	})
+	// Pushes go through the actors; the few store calls the push pipeline
+	// must know about (long polls, transactions and DLQ replays wake
+	// consumers, a deleted queue leaves the cache) through reg.Link; the
+	// rest straight to the store.
+	linked := reg.Link(store)
+	srv := wire.New(wire.Backend{
+		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
+		Acker: store, Admin: store, Groups: store, Pinger: store,
+	}, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
 		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met})
 
 	if cfg.PprofAddr != "" {

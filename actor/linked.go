@@ -1,0 +1,122 @@
+package actor
+
+import (
+	"context"
+	"time"
+
+	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
+)
+
+// LinkedStore is the part of the store whose calls the push pipeline has to
+// know about (package sqlstore implements it).
+type LinkedStore interface {
+	// Pop delivers messages (it never waits).
+	Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.PopResult, error)
+	// Transaction runs pushes and acks atomically.
+	Transaction(ctx context.Context, pushes []reginatype.TxnPush, acks []reginatype.TxnAck,
+		leases []partition.UUID) (reginatype.TxnResult, error)
+	// ReplayDLQ puts dead letters back into their partition and returns
+	// their queue.
+	ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID, group string) (string, []reginatype.Replayed, error)
+	// DeleteQueue deletes a queue and returns its partitions.
+	DeleteQueue(ctx context.Context, queue string) (bool, []partition.UUID, error)
+}
+
+// Linked runs the store calls that the push pipeline has to know about,
+// adding what the pipeline knows: a pop waits for the pipeline's push
+// signals; a transaction or a DLQ replay that wrote wakes the queue's waiting
+// pops; a deleted queue's partitions leave the dedup cache. Every other store
+// call goes to the store directly.
+type Linked struct {
+	reg   *Registry
+	store LinkedStore
+}
+
+// Link returns the store's linked calls for this registry.
+func (r *Registry) Link(store LinkedStore) *Linked { return &Linked{reg: r, store: store} }
+
+// Long-poll re-check schedule: an in-process push wakes a waiting pop at
+// once; pushes through other brokers are seen by re-checking, starting at
+// pollMin and doubling up to pollMax.
+const (
+	pollMin = 100 * time.Millisecond
+	pollMax = time.Second
+)
+
+// Pop delivers messages. With wait > 0 an empty pop waits up to wait for a
+// push to the queue and tries again (woken at once by a push through this
+// broker; pushes through other brokers are seen within pollMax), returning
+// empty when the time is up, ctx ends or the registry closes.
+func (l *Linked) Pop(ctx context.Context, req reginatype.PopRequest, wait time.Duration) (reginatype.PopResult, error) {
+	deadline := time.Now().Add(wait)
+	backoff := pollMin
+	for {
+		// Subscribe before looking, so a push that lands in between wakes us.
+		woken := l.reg.signals.wait(req.Queue)
+		res, err := l.store.Pop(ctx, req)
+		if err != nil || len(res.Messages) > 0 || wait <= 0 {
+			return res, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return res, nil
+		}
+		t := time.NewTimer(min(backoff, left))
+		select {
+		case <-woken:
+			backoff = pollMin
+		case <-t.C:
+			backoff = min(backoff*2, pollMax)
+		case <-ctx.Done():
+			t.Stop()
+			return res, nil
+		case <-l.reg.stop:
+			t.Stop()
+			return res, nil
+		}
+		t.Stop()
+	}
+}
+
+// Transaction runs pushes and acks atomically (see LinkedStore) and wakes
+// long-polling consumers of the queues written. It runs beside the partition
+// actors, not through them: the partition row lock serialises it with their
+// pushes. The segments it wrote lie above every offset the cache vouches for
+// (the cache knows a partition up to K; a transaction writes past the
+// allocator, so past K), so a watermark probe still covers them; the actor's
+// next write then starts past a hole and the cache drops and re-hydrates
+// that partition rather than extend K across offsets it never saw.
+func (l *Linked) Transaction(ctx context.Context, pushes []reginatype.TxnPush, acks []reginatype.TxnAck,
+	leases []partition.UUID) (reginatype.TxnResult, error) {
+	res, err := l.store.Transaction(ctx, pushes, acks, leases)
+	if err != nil {
+		return res, err
+	}
+	for _, w := range res.Written {
+		l.reg.signals.notify(w.Queue)
+	}
+	return res, nil
+}
+
+// ReplayDLQ puts dead letters back into their partition as new messages,
+// bypassing deduplication (see sqlstore.Store.ReplayDLQ), and wakes
+// long-polling consumers of the queue.
+func (l *Linked) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID, group string) ([]reginatype.Replayed, error) {
+	queue, out, err := l.store.ReplayDLQ(ctx, partitionID, txID, group)
+	if err == nil {
+		l.reg.signals.notify(queue)
+	}
+	return out, err
+}
+
+// DeleteQueue deletes a queue and everything in it, and drops its partitions
+// from the dedup cache. Live actors of its partitions notice at their next
+// batch and recreate the partition.
+func (l *Linked) DeleteQueue(ctx context.Context, queue string) (bool, error) {
+	existed, parts, err := l.store.DeleteQueue(ctx, queue)
+	for _, p := range parts {
+		l.reg.cache.Forget(p)
+	}
+	return existed, err
+}

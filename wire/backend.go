@@ -1,0 +1,103 @@
+package wire
+
+import (
+	"context"
+	"time"
+
+	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
+)
+
+// The broker behind the HTTP API, as wire needs it: one small interface per
+// concern, each implemented elsewhere (cmd/regina wires the real ones: the
+// actor registry pushes, actor.Linked adds the push pipeline's signals and
+// cache bookkeeping to a few store calls, and the store answers the rest).
+
+// Pusher runs pushes: it fills each group's verdicts or error (see
+// actor.Registry.Push).
+type Pusher interface {
+	Push(ctx context.Context, groups []*reginatype.PushGroup)
+}
+
+// Popper delivers messages; with wait > 0 an empty pop waits up to wait for
+// a push.
+type Popper interface {
+	Pop(ctx context.Context, req reginatype.PopRequest, wait time.Duration) (reginatype.PopResult, error)
+}
+
+// Acker applies acknowledgements and extends leases.
+type Acker interface {
+	Ack(ctx context.Context, group string, items []reginatype.AckItem) ([]reginatype.AckResult, error)
+	// ExtendLease returns the new expiry, whether the lease was extended,
+	// and (when not) whether it had expired rather than being unknown.
+	ExtendLease(ctx context.Context, leaseID partition.UUID, seconds int) (expires time.Time, ok, expired bool, err error)
+}
+
+// Transactor runs pushes and acks atomically.
+type Transactor interface {
+	Transaction(ctx context.Context, pushes []reginatype.TxnPush, acks []reginatype.TxnAck,
+		requiredLeases []partition.UUID) (reginatype.TxnResult, error)
+}
+
+// Replayer puts a dead letter back into its partition as a new message.
+type Replayer interface {
+	ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID, group string) ([]reginatype.Replayed, error)
+}
+
+// QueueDeleter deletes a queue and everything in it.
+type QueueDeleter interface {
+	DeleteQueue(ctx context.Context, queue string) (existed bool, err error)
+}
+
+// Admin configures queues and answers the read-only views.
+type Admin interface {
+	Configure(ctx context.Context, queue, namespace, task string, o partition.QueueOptions) (reginatype.ConfiguredQueue, error)
+	ListQueues(ctx context.Context) ([]reginatype.QueueSummary, error)
+	QueueDetails(ctx context.Context, f reginatype.QueueFilter) ([]reginatype.QueueDetail, time.Time, error)
+	ListMessages(ctx context.Context, f reginatype.MessageFilter) ([]reginatype.StoredMessage, int64, error)
+	GetMessage(ctx context.Context, partitionID partition.UUID, txID string) (reginatype.StoredMessage, bool, error)
+	ListDLQ(ctx context.Context, f reginatype.DLQFilter) ([]reginatype.DeadLetter, int64, error)
+	Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]reginatype.ExplainResult, error)
+}
+
+// Groups moves and deletes consumer groups' cursors.
+type Groups interface {
+	DeleteConsumerGroup(ctx context.Context, group, queue string, deleteMetadata bool) (int64, error)
+	Seek(ctx context.Context, group, queue, partition string, at time.Time) (updated int64, found bool, err error)
+	SetSubscription(ctx context.Context, group string, at time.Time) (int64, error)
+}
+
+// Pinger checks the database.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Backend is everything the server calls. Every field is required.
+type Backend struct {
+	Pusher       Pusher
+	Popper       Popper
+	Acker        Acker
+	Transactor   Transactor
+	Replayer     Replayer
+	QueueDeleter QueueDeleter
+	Admin        Admin
+	Groups       Groups
+	Pinger       Pinger
+}
+
+// mustBeComplete panics naming the first nil field.
+func (b *Backend) mustBeComplete() {
+	for _, f := range []struct {
+		name string
+		nil  bool
+	}{
+		{"Pusher", b.Pusher == nil}, {"Popper", b.Popper == nil}, {"Acker", b.Acker == nil},
+		{"Transactor", b.Transactor == nil}, {"Replayer", b.Replayer == nil},
+		{"QueueDeleter", b.QueueDeleter == nil}, {"Admin", b.Admin == nil}, {"Groups", b.Groups == nil},
+		{"Pinger", b.Pinger == nil},
+	} {
+		if f.nil {
+			panic("wire.New: Backend." + f.name + " is nil")
+		}
+	}
+}

@@ -1,0 +1,23 @@
+package wire
+
+// nilBackend implements every interface of Backend through nil embedded
+// interfaces: any call panics. Tests use it where no call must reach the
+// broker, or to make a handler panic.
+type nilBackend struct {
+	Pusher
+	Popper
+	Acker
+	Transactor
+	Replayer
+	QueueDeleter
+	Admin
+	Groups
+	Pinger
+}
+
+// newNilBackend returns a complete Backend whose every call panics.
+func newNilBackend() Backend {
+	n := nilBackend{}
+	return Backend{Pusher: n, Popper: n, Acker: n, Transactor: n, Replayer: n, QueueDeleter: n, Admin: n,
+		Groups: n, Pinger: n}
+}
