@@ -95,13 +95,6 @@ func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"queues": out})
 }
 
-// handleGetQueue serves GET /api/v1/resources/queues/:queue in the section-9
-// shape (partitions with offsets, stats and per-group lag; see
-// handleQueueDetail).
-func (s *Server) handleGetQueue(ctx *fasthttp.RequestCtx, name string) {
-	s.handleQueueDetail(ctx, name)
-}
-
 // handleDeleteQueue serves DELETE /api/v1/resources/queues/:queue.
 func (s *Server) handleDeleteQueue(ctx *fasthttp.RequestCtx, name string) {
 	existed, err := s.b.QueueDeleter.DeleteQueue(ctx, name)

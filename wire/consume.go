@@ -463,61 +463,54 @@ func (s *Server) handleDLQ(ctx *fasthttp.RequestCtx) {
 	writeRaw(ctx, fasthttp.StatusOK, b)
 }
 
-// handleConsumerGroups serves /api/v1/consumer-groups/... (segs after it).
-func (s *Server) handleConsumerGroups(ctx *fasthttp.RequestCtx, method string, segs []string) {
-	group := segs[0]
+// handleDeleteGroup serves DELETE /api/v1/consumer-groups/:group (queue
+// empty: every queue) and DELETE /api/v1/consumer-groups/:group/queues/:queue.
+// deleteMetadata (default true) also removes the group's start points.
+func (s *Server) handleDeleteGroup(ctx *fasthttp.RequestCtx, group, queue string) {
 	deleteMeta := true
 	if v := ctx.QueryArgs().Peek("deleteMetadata"); len(v) > 0 {
 		deleteMeta = string(v) == "true" || string(v) == "1"
 	}
-	switch {
-	case len(segs) == 1 && method == "DELETE":
-		n, err := s.b.Groups.DeleteConsumerGroup(ctx, group, "", deleteMeta)
-		if err != nil {
-			s.writeCoreError(ctx, err)
-			return
-		}
-		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group,
-			"deletedPartitions": n, "metadataDeleted": deleteMeta})
-	case len(segs) == 2 && segs[1] == "subscription" && method == "POST":
-		var r struct {
-			TS json.RawMessage `json:"subscriptionTimestamp"`
-		}
-		body := ctx.PostBody()
-		if checkBody(body) != nil || unmarshal(body, &r) != nil || kindOf(r.TS) != kindString {
-			writeError(ctx, fasthttp.StatusBadRequest, "Missing subscriptionTimestamp in request body")
-			return
-		}
-		v, _ := rawString(r.TS)
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			writeError(ctx, fasthttp.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 timestamp")
-			return
-		}
-		n, err := s.b.Groups.SetSubscription(ctx, group, t)
-		if err != nil {
-			s.writeCoreError(ctx, err)
-			return
-		}
-		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group,
-			"subscriptionTimestamp": t.UTC().Format(time.RFC3339Nano), "queuesUpdated": n})
-	case len(segs) == 3 && segs[1] == "queues" && method == "DELETE":
-		n, err := s.b.Groups.DeleteConsumerGroup(ctx, group, segs[2], deleteMeta)
-		if err != nil {
-			s.writeCoreError(ctx, err)
-			return
-		}
-		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queue": segs[2],
-			"deletedPartitions": n, "metadataDeleted": deleteMeta})
-	case len(segs) == 4 && segs[1] == "queues" && segs[3] == "seek" && method == "POST":
-		s.seek(ctx, group, segs[2], "", true)
-	case len(segs) == 6 && segs[1] == "queues" && segs[3] == "partitions" && segs[5] == "seek" && method == "POST":
-		s.seek(ctx, group, segs[2], segs[4], false)
-	default:
-		notFound(ctx)
+	n, err := s.b.Groups.DeleteConsumerGroup(ctx, group, queue, deleteMeta)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
 	}
+	v := map[string]any{"success": true, "consumerGroup": group, "deletedPartitions": n, "metadataDeleted": deleteMeta}
+	if queue != "" {
+		v["queue"] = queue
+	}
+	writeJSON(ctx, fasthttp.StatusOK, v)
 }
 
+// handleSetSubscription serves POST /api/v1/consumer-groups/:group/subscription.
+func (s *Server) handleSetSubscription(ctx *fasthttp.RequestCtx, group string) {
+	var r struct {
+		TS json.RawMessage `json:"subscriptionTimestamp"`
+	}
+	body := ctx.PostBody()
+	if checkBody(body) != nil || unmarshal(body, &r) != nil || kindOf(r.TS) != kindString {
+		writeError(ctx, fasthttp.StatusBadRequest, "Missing subscriptionTimestamp in request body")
+		return
+	}
+	v, _ := rawString(r.TS)
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, "subscriptionTimestamp must be an RFC 3339 timestamp")
+		return
+	}
+	n, err := s.b.Groups.SetSubscription(ctx, group, t)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group,
+		"subscriptionTimestamp": t.UTC().Format(time.RFC3339Nano), "queuesUpdated": n})
+}
+
+// seek serves POST /api/v1/consumer-groups/:group/queues/:queue/seek (part
+// empty, needTarget: toEnd or timestamp required) and
+// .../partitions/:partition/seek (no target: the end).
 func (s *Server) seek(ctx *fasthttp.RequestCtx, group, queue, part string, needTarget bool) {
 	var r struct {
 		ToEnd     json.RawMessage `json:"toEnd"`

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -115,169 +115,39 @@ func setCORS(ctx *fasthttp.RequestCtx) {
 	h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
 }
 
-// Handle routes one request.
+// Handle routes one request through the route table: OPTIONS on any path
+// is the CORS preflight (204); a path no route matches is 404; a path whose
+// routes all want another method is 405 with Allow.
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	setCORS(ctx)
 	if ctx.IsOptions() {
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 		return
 	}
-	path := string(ctx.URI().PathOriginal())
-	if i := strings.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
-	}
-	method := string(ctx.Method())
+	r, params, candidates := route(string(ctx.Method()), requestPath(ctx))
 	switch {
-	case path == "/health":
-		s.onlyGet(ctx, method, s.handleHealth)
-	case path == "/metrics":
-		s.onlyGet(ctx, method, s.handleMetrics)
-	case path == "/api/v1/push":
-		s.onlyPost(ctx, method, s.handlePush)
-	case path == "/api/v1/configure":
-		s.onlyPost(ctx, method, s.handleConfigure)
-	case path == "/api/v1/resources/queues":
-		s.onlyGet(ctx, method, s.handleListQueues)
-	case strings.HasPrefix(path, "/api/v1/resources/queues/"):
-		name, ok := pathParam(path, "/api/v1/resources/queues/")
-		if !ok {
-			notFound(ctx)
-			return
+	case r != nil:
+		r.handle(s, ctx, params)
+	case len(candidates) > 0:
+		allow := make([]string, 0, len(candidates)+1)
+		for _, c := range candidates {
+			if !slices.Contains(allow, c.Method) {
+				allow = append(allow, c.Method)
+			}
 		}
-		switch method {
-		case "DELETE":
-			s.handleDeleteQueue(ctx, name)
-		case "GET":
-			s.handleGetQueue(ctx, name)
-		default:
-			methodNotAllowed(ctx, "GET, DELETE")
-		}
-	case strings.HasPrefix(path, "/api/v1/pop/queue/"):
-		segs, ok := pathSegments(path, "/api/v1/pop/queue/")
-		switch {
-		case !ok:
-			notFound(ctx)
-		case method != "GET":
-			methodNotAllowed(ctx, "GET")
-		case len(segs) == 1:
-			s.handlePop(ctx, segs[0], "")
-		case len(segs) == 3 && segs[1] == "partition":
-			s.handlePop(ctx, segs[0], segs[2])
-		default:
-			notFound(ctx)
-		}
-	case path == "/api/v1/transaction":
-		s.onlyPost(ctx, method, s.handleTransaction)
-	case path == "/api/v1/ack":
-		s.onlyPost(ctx, method, s.handleAck)
-	case path == "/api/v1/ack/batch":
-		s.onlyPost(ctx, method, s.handleAckBatch)
-	case strings.HasPrefix(path, "/api/v1/lease/"):
-		segs, ok := pathSegments(path, "/api/v1/lease/")
-		switch {
-		case !ok || len(segs) != 2 || segs[1] != "extend":
-			notFound(ctx)
-		case method != "POST":
-			methodNotAllowed(ctx, "POST")
-		default:
-			s.handleExtendLease(ctx, segs[0])
-		}
-	case path == "/api/v1/dlq":
-		s.onlyGet(ctx, method, s.handleDLQ)
-	case strings.HasPrefix(path, "/api/v1/messages/"):
-		segs, ok := pathSegments(path, "/api/v1/messages/")
-		switch {
-		case ok && len(segs) == 2:
-			s.onlyGet(ctx, method, func(c *fasthttp.RequestCtx) { s.handleGetMessage(c, segs[0], segs[1]) })
-		case !ok || len(segs) != 3 || segs[2] != "retry":
-			notFound(ctx)
-		case method != "POST":
-			methodNotAllowed(ctx, "POST")
-		default:
-			s.handleRetryMessage(ctx, segs[0], segs[1])
-		}
-	case strings.HasPrefix(path, "/api/v1/consumer-groups/"):
-		segs, ok := pathSegments(path, "/api/v1/consumer-groups/")
-		if !ok {
-			notFound(ctx)
-			return
-		}
-		s.handleConsumerGroups(ctx, method, segs)
-	case path == "/metrics/prometheus":
-		s.onlyGet(ctx, method, s.handlePrometheus)
-	case path == "/api/v1/dedup/explain":
-		s.onlyGet(ctx, method, s.handleDedupExplain)
-	case path == "/api/v1/dedup/lookup":
-		s.onlyPost(ctx, method, s.handleDedupLookup)
-	case path == "/api/v1/resources/overview":
-		s.onlyGet(ctx, method, s.handleOverview)
-	case path == "/api/v1/resources/namespaces":
-		s.onlyGet(ctx, method, s.handleNamespaces)
-	case path == "/api/v1/resources/tasks":
-		s.onlyGet(ctx, method, s.handleTasks)
-	case path == "/api/v1/messages":
-		s.onlyGet(ctx, method, s.handleListMessages)
-	case path == "/api/v1/status":
-		s.onlyGet(ctx, method, s.handleStatus)
-	case path == "/api/v1/status/queues":
-		s.onlyGet(ctx, method, s.handleStatusQueues)
-	case strings.HasPrefix(path, "/api/v1/status/queues/"):
-		name, ok := pathParam(path, "/api/v1/status/queues/")
-		if !ok {
-			notFound(ctx)
-			return
-		}
-		s.onlyGet(ctx, method, func(c *fasthttp.RequestCtx) { s.handleStatusQueue(c, name) })
+		methodNotAllowed(ctx, strings.Join(allow, ", "))
 	default:
 		notFound(ctx)
 	}
 }
 
-// pathSegments splits the rest of path after prefix into percent-decoded,
-// non-empty segments.
-func pathSegments(path, prefix string) ([]string, bool) {
-	rest := strings.TrimSuffix(path[len(prefix):], "/")
-	if rest == "" {
-		return nil, false
+// requestPath is the request's raw path, without the query.
+func requestPath(ctx *fasthttp.RequestCtx) string {
+	path := string(ctx.URI().PathOriginal())
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
 	}
-	parts := strings.Split(rest, "/")
-	for i, p := range parts {
-		v, err := url.PathUnescape(p)
-		if err != nil || v == "" {
-			return nil, false
-		}
-		parts[i] = v
-	}
-	return parts, true
-}
-
-func (s *Server) onlyGet(ctx *fasthttp.RequestCtx, method string, h fasthttp.RequestHandler) {
-	if method != "GET" && method != "HEAD" {
-		methodNotAllowed(ctx, "GET")
-		return
-	}
-	h(ctx)
-}
-
-func (s *Server) onlyPost(ctx *fasthttp.RequestCtx, method string, h fasthttp.RequestHandler) {
-	if method != "POST" {
-		methodNotAllowed(ctx, "POST")
-		return
-	}
-	h(ctx)
-}
-
-// pathParam returns the single percent-decoded path segment after prefix.
-func pathParam(path, prefix string) (string, bool) {
-	rest := strings.TrimSuffix(path[len(prefix):], "/")
-	if rest == "" || strings.Contains(rest, "/") {
-		return "", false
-	}
-	v, err := url.PathUnescape(rest)
-	if err != nil {
-		return "", false
-	}
-	return v, true
+	return path
 }
 
 func notFound(ctx *fasthttp.RequestCtx) { writeError(ctx, fasthttp.StatusNotFound, "Not Found") }
