@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,18 +14,24 @@ import (
 )
 
 // Config is everything the broker reads at start, from environment variables
-// and flags of the same meaning (a flag wins over its variable).
+// and flags of the same meaning (a flag wins over its variable). LoadConfig
+// fills it; a Config built in code takes its defaults from WithDefaults.
+// Validate reports every problem at once, each naming its variable (and the
+// flag, when the value came from one).
 type Config struct {
-	Host             string
-	Port             int
-	DatabaseURL      string
-	Schema           string
-	PoolSize         int
+	Host string
+	// Port is the HTTP port; 0 picks a free one.
+	Port        int
+	DatabaseURL string
+	Schema      string
+	PoolSize    int
+	// StatementTimeout bounds every statement; 0 leaves the server's.
 	StatementTimeout time.Duration
 
 	RetentionInterval  time.Duration
 	RetentionBatchSize int
 
+	// DedupCache switches the in-window hash cache on (false: off).
 	DedupCache   bool
 	DedupCacheMB int
 
@@ -34,15 +41,20 @@ type Config struct {
 	BatchMaxBytes   int
 	ActorIdle       time.Duration
 
-	MaxBodyBytes    int
-	ReadTimeout     time.Duration
-	IdleTimeout     time.Duration
+	MaxBodyBytes int
+	ReadTimeout  time.Duration
+	IdleTimeout  time.Duration
+	// ShutdownTimeout bounds the drain on SIGTERM; 0 does not wait.
 	ShutdownTimeout time.Duration
 
 	LogLevel  string
 	LogFormat string
 	// PprofAddr, when set, serves net/http/pprof there (e.g. 127.0.0.1:6060).
 	PprofAddr string
+
+	// fromFlag records the settings (by variable) given by a flag, so that
+	// an error names the flag the operator typed.
+	fromFlag map[string]string
 
 	// dedupCacheBytes, when > 0, replaces DedupCacheMB << 20 as the dedup
 	// cache's budget: tests use it for budgets below 1 MiB.
@@ -52,108 +64,78 @@ type Config struct {
 	beforeBatch func(queue, partition string, items int)
 }
 
-// setting is one configuration entry: its variable, its flag and how to
-// parse it into the Config.
+// setting is one configuration entry: its variable, its flag, its default
+// (the one place defaults live), and how to read and check it.
 type setting struct {
 	env, flag, def, help string
-	set                  func(c *Config, v string) error
-}
-
-func intSetting(min int, dst func(*Config) *int) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil {
-			return fmt.Errorf("%q is not a whole number", v)
-		}
-		if n < min {
-			return fmt.Errorf("%d is below the minimum %d", n, min)
-		}
-		*dst(c) = n
-		return nil
-	}
-}
-
-func msSetting(min int, dst func(*Config) *time.Duration) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil {
-			return fmt.Errorf("%q is not a whole number of milliseconds", v)
-		}
-		if n < min {
-			return fmt.Errorf("%d ms is below the minimum %d ms", n, min)
-		}
-		*dst(c) = time.Duration(n) * time.Millisecond
-		return nil
-	}
-}
-
-func boolSetting(dst func(*Config) *bool) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		switch strings.ToLower(strings.TrimSpace(v)) {
-		case "1", "true", "yes", "on":
-			*dst(c) = true
-		case "0", "false", "no", "off":
-			*dst(c) = false
-		default:
-			return fmt.Errorf("%q is not a boolean (true or false)", v)
-		}
-		return nil
-	}
-}
-
-func stringSetting(oneOf []string, dst func(*Config) *string) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		if oneOf != nil {
-			ok := false
-			for _, o := range oneOf {
-				ok = ok || v == o
-			}
-			if !ok {
-				return fmt.Errorf("%q is not one of %s", v, strings.Join(oneOf, ", "))
-			}
-		}
-		*dst(c) = v
-		return nil
-	}
+	// field points at the Config field: *string, *int, *bool or
+	// *time.Duration (read as whole milliseconds).
+	field func(*Config) any
+	// min and max bound an int or a duration in ms (max 0: no bound).
+	min, max int
+	// oneOf lists the values a string may take (nil: any).
+	oneOf []string
+	// zeroIsValue marks a setting whose zero value means something of its
+	// own (a free port, no timeout, off): WithDefaults leaves it alone.
+	zeroIsValue bool
+	// check adds a check of its own.
+	check func(c *Config) error
 }
 
 var settings = []setting{
-	{"HOST", "host", "0.0.0.0", "address to listen on", stringSetting(nil, func(c *Config) *string { return &c.Host })},
-	{"PORT", "port", "6632", "HTTP port", func(c *Config, v string) error {
-		if err := intSetting(0, func(c *Config) *int { return &c.Port })(c, v); err != nil {
-			return err
-		}
-		if c.Port > 65535 {
-			return fmt.Errorf("%d is not a TCP port", c.Port)
-		}
-		return nil
-	}},
-	{"DATABASE_URL", "database-url", "", "PostgreSQL connection string; when empty it is built from PG_*", stringSetting(nil, func(c *Config) *string { return &c.DatabaseURL })},
-	{"QUEEN_SCHEMA", "schema", "queen", "PostgreSQL schema holding Regina's tables", func(c *Config, v string) error {
-		if v == "" || strings.ContainsAny(v, "\"\x00") {
-			return fmt.Errorf("%q is not a usable schema name", v)
-		}
-		c.Schema = v
-		return nil
-	}},
-	{"DB_POOL_SIZE", "db-pool-size", "16", "PostgreSQL connections", intSetting(1, func(c *Config) *int { return &c.PoolSize })},
-	{"DB_STATEMENT_TIMEOUT", "db-statement-timeout", "30000", "statement timeout in ms (0 = server default)", msSetting(0, func(c *Config) *time.Duration { return &c.StatementTimeout })},
-	{"RETENTION_INTERVAL", "retention-interval", "300000", "retention pass interval in ms", msSetting(1, func(c *Config) *time.Duration { return &c.RetentionInterval })},
-	{"RETENTION_BATCH_SIZE", "retention-batch-size", "1000", "rows deleted per retention step", intSetting(1, func(c *Config) *int { return &c.RetentionBatchSize })},
-	{"QUEEN_DEDUP_CACHE", "dedup-cache", "true", "in-window hash cache on or off", boolSetting(func(c *Config) *bool { return &c.DedupCache })},
-	{"QUEEN_DEDUP_CACHE_MB", "dedup-cache-mb", "512", "hash cache memory budget in MiB", intSetting(1, func(c *Config) *int { return &c.DedupCacheMB })},
-	{"MAILBOX_MAX_ITEMS", "mailbox-max-items", "10000", "items waiting per partition before 503", intSetting(1, func(c *Config) *int { return &c.MailboxMaxItems })},
-	{"MAILBOX_MAX_BYTES", "mailbox-max-bytes", "67108864", "payload bytes waiting per partition before 503", intSetting(1, func(c *Config) *int { return &c.MailboxMaxBytes })},
-	{"BATCH_MAX_ITEMS", "batch-max-items", "1000", "items per push transaction", intSetting(1, func(c *Config) *int { return &c.BatchMaxItems })},
-	{"BATCH_MAX_BYTES", "batch-max-bytes", "8388608", "payload bytes per push transaction", intSetting(1, func(c *Config) *int { return &c.BatchMaxBytes })},
-	{"ACTOR_IDLE_TIMEOUT", "actor-idle-timeout", "30000", "ms before an idle partition actor retires", msSetting(1, func(c *Config) *time.Duration { return &c.ActorIdle })},
-	{"MAX_BODY_BYTES", "max-body-bytes", "67108864", "largest request body; larger gets 413", intSetting(1024, func(c *Config) *int { return &c.MaxBodyBytes })},
-	{"HTTP_READ_TIMEOUT", "http-read-timeout", "60000", "ms to read one request (headers and body); slow clients are cut off", msSetting(1, func(c *Config) *time.Duration { return &c.ReadTimeout })},
-	{"HTTP_IDLE_TIMEOUT", "http-idle-timeout", "120000", "ms before an idle keep-alive connection is closed", msSetting(1, func(c *Config) *time.Duration { return &c.IdleTimeout })},
-	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "30000", "ms to drain on SIGTERM", msSetting(0, func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
-	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error", stringSetting([]string{"debug", "info", "warn", "error"}, func(c *Config) *string { return &c.LogLevel })},
-	{"PPROF_ADDR", "pprof-addr", "", "serve Go profiling (net/http/pprof) on this address, e.g. 127.0.0.1:6060; empty = off", stringSetting(nil, func(c *Config) *string { return &c.PprofAddr })},
-	{"LOG_FORMAT", "log-format", "auto", "json, console or auto (console on a terminal)", stringSetting([]string{"auto", "json", "console"}, func(c *Config) *string { return &c.LogFormat })},
+	{env: "HOST", flag: "host", def: "0.0.0.0", help: "address to listen on",
+		field: func(c *Config) any { return &c.Host }},
+	{env: "PORT", flag: "port", def: "6632", help: "HTTP port (0 picks a free one)", max: 65535, zeroIsValue: true,
+		field: func(c *Config) any { return &c.Port }},
+	{env: "DATABASE_URL", flag: "database-url", help: "PostgreSQL connection string; when empty it is built from PG_*",
+		field: func(c *Config) any { return &c.DatabaseURL }, check: checkDatabaseURL},
+	{env: "QUEEN_SCHEMA", flag: "schema", def: "queen", help: "PostgreSQL schema holding Regina's tables",
+		field: func(c *Config) any { return &c.Schema }, check: func(c *Config) error {
+			if c.Schema == "" || strings.ContainsAny(c.Schema, "\"\x00") {
+				return fmt.Errorf("%q is not a usable schema name", c.Schema)
+			}
+			return nil
+		}},
+	{env: "DB_POOL_SIZE", flag: "db-pool-size", def: "16", help: "PostgreSQL connections", min: 1,
+		field: func(c *Config) any { return &c.PoolSize }},
+	{env: "DB_STATEMENT_TIMEOUT", flag: "db-statement-timeout", def: "30000", zeroIsValue: true,
+		help: "statement timeout in ms (0 = server default)", field: func(c *Config) any { return &c.StatementTimeout }},
+	{env: "RETENTION_INTERVAL", flag: "retention-interval", def: "300000", help: "retention pass interval in ms", min: 1,
+		field: func(c *Config) any { return &c.RetentionInterval }},
+	{env: "RETENTION_BATCH_SIZE", flag: "retention-batch-size", def: "1000", help: "rows deleted per retention step",
+		min: 1, field: func(c *Config) any { return &c.RetentionBatchSize }},
+	{env: "QUEEN_DEDUP_CACHE", flag: "dedup-cache", def: "true", help: "in-window hash cache on or off",
+		zeroIsValue: true, field: func(c *Config) any { return &c.DedupCache }},
+	{env: "QUEEN_DEDUP_CACHE_MB", flag: "dedup-cache-mb", def: "512", help: "hash cache memory budget in MiB", min: 1,
+		field: func(c *Config) any { return &c.DedupCacheMB }},
+	{env: "MAILBOX_MAX_ITEMS", flag: "mailbox-max-items", def: "10000", help: "items waiting per partition before 503",
+		min: 1, field: func(c *Config) any { return &c.MailboxMaxItems }},
+	{env: "MAILBOX_MAX_BYTES", flag: "mailbox-max-bytes", def: "67108864",
+		help: "payload bytes waiting per partition before 503", min: 1,
+		field: func(c *Config) any { return &c.MailboxMaxBytes }},
+	{env: "BATCH_MAX_ITEMS", flag: "batch-max-items", def: "1000", help: "items per push transaction", min: 1,
+		field: func(c *Config) any { return &c.BatchMaxItems }},
+	{env: "BATCH_MAX_BYTES", flag: "batch-max-bytes", def: "8388608", help: "payload bytes per push transaction", min: 1,
+		field: func(c *Config) any { return &c.BatchMaxBytes }},
+	{env: "ACTOR_IDLE_TIMEOUT", flag: "actor-idle-timeout", def: "30000",
+		help: "ms before an idle partition actor retires", min: 1, field: func(c *Config) any { return &c.ActorIdle }},
+	{env: "MAX_BODY_BYTES", flag: "max-body-bytes", def: "67108864", help: "largest request body; larger gets 413",
+		min: 1024, field: func(c *Config) any { return &c.MaxBodyBytes }},
+	{env: "HTTP_READ_TIMEOUT", flag: "http-read-timeout", def: "60000",
+		help: "ms to read one request (headers and body); slow clients are cut off", min: 1,
+		field: func(c *Config) any { return &c.ReadTimeout }},
+	{env: "HTTP_IDLE_TIMEOUT", flag: "http-idle-timeout", def: "120000",
+		help: "ms before an idle keep-alive connection is closed", min: 1,
+		field: func(c *Config) any { return &c.IdleTimeout }},
+	{env: "SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "30000", help: "ms to drain on SIGTERM",
+		zeroIsValue: true, field: func(c *Config) any { return &c.ShutdownTimeout }},
+	{env: "LOG_LEVEL", flag: "log-level", def: "info", help: "debug, info, warn or error",
+		oneOf: []string{"debug", "info", "warn", "error"}, field: func(c *Config) any { return &c.LogLevel }},
+	{env: "PPROF_ADDR", flag: "pprof-addr", zeroIsValue: true,
+		help:  "serve Go profiling (net/http/pprof) on this address, e.g. 127.0.0.1:6060; empty = off",
+		field: func(c *Config) any { return &c.PprofAddr }},
+	{env: "LOG_FORMAT", flag: "log-format", def: "auto", help: "json, console or auto (console on a terminal)",
+		oneOf: []string{"auto", "json", "console"}, field: func(c *Config) any { return &c.LogFormat }},
 }
 
 // pgVars are the upstream-compatible parts of the database URL, used when
@@ -166,8 +148,156 @@ var pgVars = []struct{ env, flag, def string }{
 	{"PG_DB", "pg-db", "postgres"},
 }
 
+// parse reads v into the setting's field; the only error is a value of the
+// wrong kind (ranges are Validate's).
+func (s *setting) parse(c *Config, v string) error {
+	switch p := s.field(c).(type) {
+	case *string:
+		*p = v
+	case *int:
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", v)
+		}
+		*p = n
+	case *time.Duration:
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number of milliseconds", v)
+		}
+		*p = time.Duration(n) * time.Millisecond
+	case *bool:
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "1", "true", "yes", "on":
+			*p = true
+		case "0", "false", "no", "off":
+			*p = false
+		default:
+			return fmt.Errorf("%q is not a boolean (true or false)", v)
+		}
+	default:
+		panic(fmt.Sprintf("setting %s: field of type %T", s.env, p))
+	}
+	return nil
+}
+
+// isZero reports whether the setting's field holds its zero value.
+func (s *setting) isZero(c *Config) bool {
+	switch p := s.field(c).(type) {
+	case *string:
+		return *p == ""
+	case *int:
+		return *p == 0
+	case *time.Duration:
+		return *p == 0
+	case *bool:
+		return !*p
+	}
+	return false
+}
+
+// validate checks the setting's value.
+func (s *setting) validate(c *Config) error {
+	switch p := s.field(c).(type) {
+	case *int:
+		if *p < s.min {
+			return fmt.Errorf("%d is below the minimum %d", *p, s.min)
+		}
+		if s.max > 0 && *p > s.max {
+			return fmt.Errorf("%d is above the maximum %d", *p, s.max)
+		}
+	case *time.Duration:
+		ms := p.Milliseconds()
+		if ms < int64(s.min) {
+			return fmt.Errorf("%d ms is below the minimum %d ms", ms, s.min)
+		}
+	case *string:
+		if s.oneOf != nil && !contains(s.oneOf, *p) {
+			return fmt.Errorf("%q is not one of %s", *p, strings.Join(s.oneOf, ", "))
+		}
+	}
+	if s.check != nil {
+		return s.check(c)
+	}
+	return nil
+}
+
+func contains(list []string, v string) bool {
+	for _, o := range list {
+		if o == v {
+			return true
+		}
+	}
+	return false
+}
+
+// checkDatabaseURL accepts a postgres:// URL or the key=value form.
+func checkDatabaseURL(c *Config) error {
+	u := c.DatabaseURL
+	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") || strings.Contains(u, "=") {
+		return nil
+	}
+	return errors.New("want postgres://user@host:port/db or key=value form")
+}
+
+// source names where a setting's value came from: "PORT", or
+// "flag -port (PORT)" when a flag gave it.
+func (c *Config) source(env, flagName string) string {
+	if f, ok := c.fromFlag[env]; ok && f == flagName {
+		return "flag -" + flagName + " (" + env + ")"
+	}
+	return env
+}
+
+// WithDefaults returns c with every unset setting at its default. A setting
+// whose zero value means something of its own (PORT 0 picks a free port,
+// DB_STATEMENT_TIMEOUT and SHUTDOWN_TIMEOUT 0 mean none, QUEEN_DEDUP_CACHE
+// false is off, PPROF_ADDR empty is off) keeps it. An empty DatabaseURL
+// becomes the one the PG_* defaults give.
+func (c Config) WithDefaults() Config {
+	for i := range settings {
+		s := &settings[i]
+		if s.zeroIsValue || s.def == "" || !s.isZero(&c) {
+			continue
+		}
+		if err := s.parse(&c, s.def); err != nil {
+			panic(fmt.Sprintf("default of %s: %v", s.env, err))
+		}
+	}
+	if c.DatabaseURL == "" {
+		vals := map[string]string{}
+		for _, p := range pgVars {
+			vals[p.env] = p.def
+		}
+		c.DatabaseURL = pgURL(vals)
+	}
+	return c
+}
+
+// Validate reports every setting that cannot be honoured, all at once
+// (joined), each naming its variable and, when a flag gave it, the flag.
+func (c Config) Validate() error { return c.validate(nil) }
+
+// validate is Validate, skipping the settings (by variable) whose value
+// could not be read at all (LoadConfig reported those already).
+func (c Config) validate(unreadable map[string]bool) error {
+	var errs []error
+	for i := range settings {
+		s := &settings[i]
+		if unreadable[s.env] {
+			continue
+		}
+		if err := s.validate(&c); err != nil {
+			errs = append(errs, fmt.Errorf("invalid %s: %w", c.source(s.env, s.flag), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // LoadConfig reads the configuration from getenv and args (without the
-// program name). Errors name the variable or flag at fault.
+// program name): a flag wins over its variable, an empty variable is unset,
+// an unset setting takes its default. Errors name the variable (and the
+// flag) at fault, every one of them at once.
 func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
 	var c Config
 	fs := flag.NewFlagSet("regina", flag.ContinueOnError)
@@ -185,47 +315,69 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	set := make(map[string]bool)
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-
-	lookup := func(env, fl, def string) (val, source string) {
-		if set[fl] {
-			return *flagVals[fl], "flag -" + fl
+	c.fromFlag = make(map[string]string)
+	fs.Visit(func(f *flag.Flag) {
+		for _, s := range settings {
+			if s.flag == f.Name {
+				c.fromFlag[s.env] = f.Name
+			}
+		}
+		for _, p := range pgVars {
+			if p.flag == f.Name {
+				c.fromFlag[p.env] = f.Name
+			}
+		}
+	})
+	lookup := func(env, fl, def string) string {
+		if _, ok := c.fromFlag[env]; ok {
+			return *flagVals[fl]
 		}
 		if v := getenv(env); v != "" {
-			return v, env
+			return v
 		}
-		return def, env
+		return def
 	}
-	for _, s := range settings {
-		v, src := lookup(s.env, s.flag, s.def)
-		if err := s.set(&c, v); err != nil {
-			return c, fmt.Errorf("invalid %s: %w", src, err)
+
+	var errs []error
+	unreadable := make(map[string]bool)
+	for i := range settings {
+		s := &settings[i]
+		if err := s.parse(&c, lookup(s.env, s.flag, s.def)); err != nil {
+			errs = append(errs, fmt.Errorf("invalid %s: %w", c.source(s.env, s.flag), err))
+			unreadable[s.env] = true
 		}
 	}
 	if c.DatabaseURL == "" {
 		vals := make(map[string]string)
 		for _, p := range pgVars {
-			v, src := lookup(p.env, p.flag, p.def)
+			v := lookup(p.env, p.flag, p.def)
 			if p.env == "PG_PORT" {
 				if n, err := strconv.Atoi(v); err != nil || n <= 0 || n > 65535 {
-					return c, fmt.Errorf("invalid %s: %q is not a TCP port", src, v)
+					errs = append(errs, fmt.Errorf("invalid %s: %q is not a TCP port", c.source(p.env, p.flag), v))
 				}
 			}
 			vals[p.env] = v
 		}
-		u := url.URL{Scheme: "postgres", Host: vals["PG_HOST"] + ":" + vals["PG_PORT"], Path: "/" + vals["PG_DB"]}
-		if vals["PG_PASSWORD"] != "" {
-			u.User = url.UserPassword(vals["PG_USER"], vals["PG_PASSWORD"])
-		} else {
-			u.User = url.User(vals["PG_USER"])
-		}
-		c.DatabaseURL = u.String()
-	} else if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") &&
-		!strings.Contains(c.DatabaseURL, "=") {
-		return c, fmt.Errorf("invalid DATABASE_URL: want postgres://user@host:port/db or key=value form")
+		c.DatabaseURL = pgURL(vals)
 	}
-	return c, nil
+	if len(c.fromFlag) == 0 {
+		c.fromFlag = nil
+	}
+	if err := c.validate(unreadable); err != nil {
+		errs = append(errs, err)
+	}
+	return c, errors.Join(errs...)
+}
+
+// pgURL builds the database URL from the PG_* values.
+func pgURL(vals map[string]string) string {
+	u := url.URL{Scheme: "postgres", Host: net.JoinHostPort(vals["PG_HOST"], vals["PG_PORT"]), Path: "/" + vals["PG_DB"]}
+	if vals["PG_PASSWORD"] != "" {
+		u.User = url.UserPassword(vals["PG_USER"], vals["PG_PASSWORD"])
+	} else {
+		u.User = url.User(vals["PG_USER"])
+	}
+	return u.String()
 }
 
 // Addr returns the listen address.

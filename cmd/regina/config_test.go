@@ -327,3 +327,56 @@ func TestLoadConfigBadArguments(t *testing.T) {
 		}
 	})
 }
+
+// Every problem is reported at once, each naming its variable (and the flag
+// that gave it).
+func TestLoadConfigReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	_, err := configTestLoad(t, []string{"-db-pool-size", "0"}, map[string]string{
+		"PORT": "70000", "RETENTION_INTERVAL": "5m", "LOG_LEVEL": "loud", "QUEEN_SCHEMA": `a"b`, "PG_PORT": "x",
+	})
+	require.Error(t, err)
+	for _, want := range []string{
+		`invalid PORT: 70000 is above the maximum 65535`,
+		`invalid RETENTION_INTERVAL: "5m" is not a whole number of milliseconds`,
+		`invalid LOG_LEVEL: "loud" is not one of debug, info, warn, error`,
+		`invalid QUEEN_SCHEMA: "a\"b" is not a usable schema name`,
+		`invalid PG_PORT: "x" is not a TCP port`,
+		`invalid flag -db-pool-size (DB_POOL_SIZE): 0 is below the minimum 1`,
+	} {
+		require.Contains(t, err.Error(), want)
+	}
+	require.Equal(t, 1, strings.Count(err.Error(), "RETENTION_INTERVAL"), "an unreadable value is reported once")
+}
+
+// A Config built in code takes the same defaults LoadConfig gives, except
+// where its zero value means something (a free port, no timeouts, no cache,
+// no pprof).
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	loaded, err := configTestLoad(t, nil, nil)
+	require.NoError(t, err)
+	got := Config{}.WithDefaults()
+	require.NoError(t, got.Validate())
+	want := loaded
+	want.Port, want.StatementTimeout, want.ShutdownTimeout, want.DedupCache = 0, 0, 0, false
+	require.Equal(t, want, got)
+	require.Equal(t, got, got.WithDefaults(), "idempotent")
+	require.Equal(t, loaded, loaded.WithDefaults(), "a loaded Config is complete")
+
+	kept := Config{Port: 7000, PoolSize: 3, LogLevel: "debug"}.WithDefaults()
+	require.Equal(t, 7000, kept.Port)
+	require.Equal(t, 3, kept.PoolSize)
+	require.Equal(t, "debug", kept.LogLevel)
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	c := Config{BatchMaxItems: -1, MaxBodyBytes: 10, LogFormat: "xml", DatabaseURL: "nonsense"}.WithDefaults()
+	err := c.Validate()
+	require.Error(t, err)
+	for _, want := range []string{"BATCH_MAX_ITEMS", "MAX_BODY_BYTES", "LOG_FORMAT", "DATABASE_URL"} {
+		require.Contains(t, err.Error(), want)
+	}
+	require.NotContains(t, err.Error(), "flag -")
+}

@@ -65,10 +65,15 @@ func newLogger(cfg Config) zerolog.Logger {
 	return l.Level(lvl).With().Timestamp().Logger()
 }
 
-// run starts the broker and blocks until ctx is done, then shuts down in
+// run starts the broker (cfg completed by WithDefaults and checked by
+// Validate) and blocks until ctx is done, then shuts down in
 // order: stop accepting requests, drain actors, stop retention, close the
 // pool. When ready is not nil it receives the listen address once serving.
 func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- string) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	// One Prometheus registry per broker (GET /metrics/prometheus).
 	met := brokermetrics.New(brokermetrics.Config{})
 	openCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
