@@ -29,7 +29,9 @@ type QueueOptions struct {
 const DefaultDedupWindowSeconds = 3600
 
 // DefaultQueueOptions returns the options of a queue created by a push or
-// configured with no options.
+// configured with no options. It is the only place these defaults are written
+// down: the queues table has no DEFAULT for them, and the broker passes these
+// values whenever it creates a queue.
 func DefaultQueueOptions() QueueOptions {
 	return QueueOptions{
 		LeaseTime:          300,

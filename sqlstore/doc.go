@@ -1,6 +1,8 @@
-// Package sqlstore is Regina's PostgreSQL layer (pgx/v5): the connection pool,
-// the embedded migrations, the push transaction (one round trip per batch
-// through queen.push_segment), queue administration and the retention loop.
+// Package sqlstore is Regina's PostgreSQL layer (pgx/v5): the connection pool
+// and the session settings it forces, the embedded migrations (checksummed,
+// never changed once applied) and SQL functions (re-applied at every start),
+// the push transaction (one round trip per batch through queen.push_segment),
+// queue administration and the retention loop.
 //
 // It returns the broker's vocabulary (package reginatype) and translates
 // PostgreSQL errors into reginatype's sentinels at the boundary, so callers

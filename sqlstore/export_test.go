@@ -2,10 +2,12 @@ package sqlstore
 
 import (
 	"context"
+	"io/fs"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 )
 
 // Observed returns a Store that works like s on a pool of its own whose
@@ -26,4 +28,13 @@ func (s *Store) Observed(ctx context.Context, setup func(context.Context, *pgx.C
 	o := *s
 	o.pool = pool
 	return &o, pool.Close, nil
+}
+
+// SQLFiles is the embedded SQL (migrations/, functions/).
+var SQLFiles fs.FS = sqlFiles
+
+// MigrateFS is Migrate with the SQL read from fsys instead of the embedded
+// files (laid out the same way).
+func MigrateFS(ctx context.Context, pool *pgxpool.Pool, schema string, fsys fs.FS) error {
+	return migrate(ctx, pool, schema, fsys, zerolog.Nop())
 }

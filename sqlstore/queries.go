@@ -1,5 +1,13 @@
 package sqlstore
 
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/regina-mq/regina/partition"
+)
+
 // queries holds the store's SQL, qualified with the configured schema.
 type queries struct {
 	ensurePartition                               string
@@ -30,9 +38,39 @@ const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl,
 	retention_enabled, retention_seconds, completed_retention_seconds,
 	max_wait_time_seconds, encryption_enabled, dedup_window_seconds`
 
+// queueOptionFields returns pointers to o's fields in queueOptionColumns order
+// (the order of queen.ensure_partition's option arguments too), for Scan and
+// as query arguments.
+func queueOptionFields(o *partition.QueueOptions) []any {
+	return []any{&o.LeaseTime, &o.RetryLimit, &o.RetryDelay, &o.MaxSize, &o.TTL, &o.Priority,
+		&o.DelayedProcessing, &o.WindowBuffer, &o.DeadLetterQueue, &o.DLQAfterMaxRetries,
+		&o.RetentionEnabled, &o.RetentionSeconds, &o.CompletedRetentionSeconds,
+		&o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.DedupWindowSeconds}
+}
+
+// queueOptionLiterals renders o as SQL literals in queueOptionColumns order.
+func queueOptionLiterals(o partition.QueueOptions) string {
+	fields := queueOptionFields(&o)
+	lits := make([]string, len(fields))
+	for i, f := range fields {
+		switch v := f.(type) {
+		case *int:
+			lits[i] = strconv.Itoa(*v)
+		case *bool:
+			lits[i] = strconv.FormatBool(*v)
+		default:
+			panic(fmt.Sprintf("queue option of type %T", f))
+		}
+	}
+	return strings.Join(lits, ", ")
+}
+
 func newQueries(schema string) queries {
 	q := queries{
-		ensurePartition: `SELECT partition_id, queue_id, window_seconds FROM queen.ensure_partition($1, $2, $3, $4)`,
+		// A queue created here gets the default options, the same values a
+		// configure without options writes.
+		ensurePartition: `SELECT partition_id, queue_id, window_seconds FROM queen.ensure_partition($1, $2, $3, $4, ` +
+			queueOptionLiterals(partition.DefaultQueueOptions()) + `)`,
 		pushSegment: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created
 			FROM queen.push_segment($1, $2, $3, $4, $5, $6, $7)`,
 		configure: `INSERT INTO queen.queues (name, namespace, task, ` + queueOptionColumns + `)

@@ -16,12 +16,8 @@ import (
 func (s *Store) Configure(ctx context.Context, queue, namespace, task string, o partition.QueueOptions) (reginatype.ConfiguredQueue, error) {
 	out := reginatype.ConfiguredQueue{Namespace: namespace, Task: task, Options: o}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, s.sql.configure, queue, namespace, task,
-			o.LeaseTime, o.RetryLimit, o.RetryDelay, o.MaxSize, o.TTL, o.Priority,
-			o.DelayedProcessing, o.WindowBuffer, o.DeadLetterQueue, o.DLQAfterMaxRetries,
-			o.RetentionEnabled, o.RetentionSeconds, o.CompletedRetentionSeconds,
-			o.MaxWaitTimeSeconds, o.EncryptionEnabled, o.DedupWindowSeconds,
-		).Scan((*uuidScanner)(&out.QueueID))
+		err := tx.QueryRow(ctx, s.sql.configure, append([]any{queue, namespace, task}, queueOptionFields(&o)...)...).
+			Scan((*uuidScanner)(&out.QueueID))
 		if err != nil {
 			return err
 		}
@@ -83,12 +79,8 @@ func (s *Store) ListQueues(ctx context.Context) ([]reginatype.QueueSummary, erro
 	for rows.Next() {
 		var q reginatype.QueueSummary
 		o := &q.Options
-		if err := rows.Scan((*uuidScanner)(&q.ID), &q.Name, &q.Namespace, &q.Task, &q.CreatedAt,
-			&q.Partitions, &q.Messages,
-			&o.LeaseTime, &o.RetryLimit, &o.RetryDelay, &o.MaxSize, &o.TTL, &o.Priority,
-			&o.DelayedProcessing, &o.WindowBuffer, &o.DeadLetterQueue, &o.DLQAfterMaxRetries,
-			&o.RetentionEnabled, &o.RetentionSeconds, &o.CompletedRetentionSeconds,
-			&o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.DedupWindowSeconds); err != nil {
+		if err := rows.Scan(append([]any{(*uuidScanner)(&q.ID), &q.Name, &q.Namespace, &q.Task, &q.CreatedAt,
+			&q.Partitions, &q.Messages}, queueOptionFields(o)...)...); err != nil {
 			return nil, fmt.Errorf("list queues: %w", classify(err))
 		}
 		out = append(out, q)

@@ -24,8 +24,8 @@ import (
 //     crosses jit_above_cost, and once the tables are large the push probe's
 //     estimate does: tens of ms (seconds, past jit_optimize_above_cost) of
 //     LLVM work per push, for statements that run in microseconds to a few
-//     ms. The functions carry jit = off too (see Migrate), for callers that
-//     are not this pool.
+//     ms. The functions carry SET jit = off too (sqlstore/functions), for
+//     callers that are not this pool.
 //   - default_transaction_isolation: queen.push_segment relies on READ
 //     COMMITTED (each statement after the row lock takes a fresh snapshot);
 //     statements that need more ask for it explicitly.
@@ -93,7 +93,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("connect to %s:%d: %w", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, err)
 	}
-	if err := Migrate(ctx, pool, cfg.Schema); err != nil {
+	if err := Migrate(ctx, pool, cfg.Schema, cfg.Logger); err != nil {
 		pool.Close()
 		return nil, err
 	}

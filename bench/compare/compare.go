@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/regina-mq/regina/reginatype"
-	"github.com/regina-mq/regina/sqlstore"
 )
 
 // Phase names. Every system gets the same pushes (see workload).
@@ -59,17 +58,11 @@ func configureQueue(ctx context.Context, baseURL, queue string, window int) erro
 	return nil
 }
 
-// ensurePartitions creates (if needed) partitions p0..p(n-1) of queue in one
-// statement and returns them in order, with the queue's window.
+// ensurePartitions creates (if needed) partitions p0..p(n-1) of queue and
+// returns them in order, with the queue's window.
 func (h *harness) ensurePartitions(ctx context.Context, sp *pgSpace, queue string, n int) ([]reginatype.PartitionRef, error) {
-	ns, task := sqlstore.DeriveNamespaceTask(queue)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	fn := quoteIdent(sp.schema) + ".ensure_partition"
-	if _, err := h.admin.Exec(ctx, "SELECT count(*) FROM (SELECT "+fn+"($1, 'p' || g, $2, $3) FROM generate_series(0, $4 - 1) g) s",
-		queue, ns, task, n); err != nil {
-		return nil, fmt.Errorf("create %d partitions of %s: %w", n, queue, err)
-	}
 	refs := make([]reginatype.PartitionRef, n)
 	for i := range n {
 		ref, err := sp.store.EnsurePartition(ctx, queue, "p"+strconv.Itoa(i))

@@ -50,22 +50,7 @@ func startBroker(t *testing.T, schema string, mutate func(*Config)) *testBroker 
 	if schema == "" {
 		schema = sqlstoretest.NewSchema(t)
 	}
-	cfg, err := LoadConfig(nil, func(k string) string {
-		switch k {
-		case "DATABASE_URL":
-			return sqlstoretest.URL(t)
-		case "PORT":
-			return "0"
-		case "HOST":
-			return "127.0.0.1"
-		case "QUEEN_SCHEMA":
-			return schema
-		case "DB_POOL_SIZE":
-			return "6"
-		}
-		return ""
-	}, io.Discard)
-	require.NoError(t, err)
+	cfg := brokerConfig(t, schema)
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -89,6 +74,29 @@ func startBroker(t *testing.T, schema string, mutate func(*Config)) *testBroker 
 	}
 	t.Cleanup(func() { b.Stop(t) })
 	return b
+}
+
+// brokerConfig is the configuration of a test broker on schema: the test
+// database, a free loopback port.
+func brokerConfig(t *testing.T, schema string) Config {
+	t.Helper()
+	cfg, err := LoadConfig(nil, func(k string) string {
+		switch k {
+		case "DATABASE_URL":
+			return sqlstoretest.URL(t)
+		case "PORT":
+			return "0"
+		case "HOST":
+			return "127.0.0.1"
+		case "QUEEN_SCHEMA":
+			return schema
+		case "DB_POOL_SIZE":
+			return "6"
+		}
+		return ""
+	}, io.Discard)
+	require.NoError(t, err)
+	return cfg
 }
 
 // Stop shuts the broker down gracefully and waits for it (idempotent).

@@ -1,0 +1,169 @@
+-- queen.push_segment: the push transaction. Applied with CREATE OR REPLACE at
+-- every broker start; "queen." is replaced by the configured schema.
+--
+-- push_segment is the push transaction of one batch of one partition, in one
+-- round trip. The caller runs it outside an explicit transaction, so the
+-- statement is the transaction.
+--
+--   p_window_hint  the caller's belief about the queue's window (the window
+--                  the cache computed the watermark for). The batch was
+--                  collapsed in-broker (distinct transaction ids) exactly when
+--                  it is non-zero; if the stored window disagrees on zero or
+--                  not, the function writes nothing and answers
+--                  'window_changed'. If the stored window is larger, the
+--                  watermark is ignored and the whole window is probed.
+--   p_watermark    the cache's promise that no hash of the batch occurs at or
+--                  below this offset; -1 (the sentinel) probes the whole window.
+--   p_hashes       one hash per item, in item order.
+--   p_ids          16 bytes of message id per item, concatenated.
+--   p_bodies       the frame bodies, concatenated; p_ends[k] is where body k ends.
+--
+-- Result: status ('ok', 'missing', 'window_changed'), the window that applied,
+-- the first offset written (-1 when nothing was), the segment's created_at, and
+-- for the items found in the window their 1-based indexes (dup_idx) with the
+-- original message id (dup_ids; 16 zero bytes when the original segment is
+-- gone) and the original's stored time (dup_created, its log_txns created_at).
+--
+-- Invariants: a duplicate allocates no offset and writes no row; the probe runs
+-- under the partition row lock, after it, so no concurrent writer can commit a
+-- colliding hash in between (each statement of a volatile function takes a
+-- fresh snapshot in READ COMMITTED).
+CREATE OR REPLACE FUNCTION queen.push_segment(p_partition uuid, p_window_hint integer, p_watermark bigint,
+    p_hashes bytea[], p_ids bytea, p_bodies bytea, p_ends integer[],
+    OUT status text, OUT window_seconds integer, OUT first_offset bigint,
+    OUT created_at timestamptz, OUT dup_idx integer[], OUT dup_ids bytea[], OUT dup_created timestamptz[])
+LANGUAGE plpgsql SET jit = off AS $$
+DECLARE
+    n        integer := cardinality(p_hashes);
+    v_next   bigint;
+    v_keep   bytea[];
+    v_ids    bytea;
+    v_bodies bytea;
+    v_seqscan text;
+BEGIN
+    created_at := now();
+    first_offset := -1;
+    dup_idx := '{}';
+    dup_ids := '{}';
+    dup_created := '{}';
+
+    IF p_window_hint = 0 THEN
+        -- Deduplication off: one UPDATE ... RETURNING allocates, no probe.
+        UPDATE queen.partitions p SET next_offset = p.next_offset + n
+          FROM queen.queues q
+         WHERE p.id = p_partition AND q.id = p.queue_id AND q.dedup_window_seconds = 0
+        RETURNING p.next_offset - n INTO first_offset;
+        IF FOUND THEN
+            status := 'ok';
+            window_seconds := 0;
+            INSERT INTO queen.segments (partition_id, first_offset, frame_count, created_at, frames)
+                 VALUES (p_partition, first_offset, n, created_at, p_ids || p_bodies);
+            INSERT INTO queen.log_txns (partition_id, first_offset, created_at, hashes)
+                 VALUES (p_partition, first_offset, created_at, p_hashes);
+            RETURN;
+        END IF;
+        first_offset := -1; -- INTO set it to NULL when no row matched
+    END IF;
+
+    SELECT p.next_offset, q.dedup_window_seconds INTO v_next, window_seconds
+      FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+     WHERE p.id = p_partition
+       FOR UPDATE OF p;
+    IF NOT FOUND THEN
+        status := 'missing';
+        window_seconds := 0;
+        RETURN;
+    END IF;
+    IF (window_seconds = 0) <> (p_window_hint = 0) THEN
+        status := 'window_changed';
+        PERFORM set_config('synchronous_commit', 'off', true);
+        RETURN;
+    END IF;
+
+    IF window_seconds > 0 THEN
+        -- The watermark was computed for the window the caller sent as the
+        -- hint. When the queue's window has grown since (a reconfiguration
+        -- the caller has not seen yet), the cache may have trimmed or never
+        -- loaded hashes that are inside the larger window: probe it whole.
+        IF p_watermark < 0 OR window_seconds > p_window_hint THEN
+            -- The planner misjudges this probe when a partition's hash arrays
+            -- are stored out of line (the table looks small) and picks a
+            -- sequential scan for its first custom plans: hundreds of ms per
+            -- push. The GIN index is always right here.
+            v_seqscan := current_setting('enable_seqscan');
+            PERFORM set_config('enable_seqscan', 'off', true);
+            -- Full-window probe, driven by the GIN index on hashes. The
+            -- partition filter is written so that it cannot be an index
+            -- condition: with a generic plan the planner would otherwise pick
+            -- the primary key for it and scan the partition's whole window.
+            SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}'),
+                   coalesce(array_agg(d.created ORDER BY d.i), '{}')
+              INTO dup_idx, dup_ids, dup_created
+              FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
+                           coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
+                                       FROM queen.segments s
+                                      WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
+                                    '\x00000000000000000000000000000000'::bytea) AS mid,
+                           l.created_at AS created
+                      FROM queen.log_txns l
+                     CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
+                      JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
+                     WHERE l.hashes && p_hashes
+                       AND (l.partition_id = p_partition) IS TRUE
+                       AND l.created_at > now() - make_interval(secs => window_seconds)
+                     ORDER BY h.i, l.first_offset, m.o) d;
+            PERFORM set_config('enable_seqscan', v_seqscan, true);
+        ELSE
+            -- Watermark probe: only segments above the offset the cache vouches
+            -- for, through the primary key. No && here, so the GIN index is not
+            -- a candidate.
+            SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}'),
+                   coalesce(array_agg(d.created ORDER BY d.i), '{}')
+              INTO dup_idx, dup_ids, dup_created
+              FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
+                           coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
+                                       FROM queen.segments s
+                                      WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
+                                    '\x00000000000000000000000000000000'::bytea) AS mid,
+                           l.created_at AS created
+                      FROM queen.log_txns l
+                     CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
+                      JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
+                     WHERE l.partition_id = p_partition
+                       AND l.first_offset > p_watermark
+                       AND l.created_at > now() - make_interval(secs => window_seconds)
+                     ORDER BY h.i, l.first_offset, m.o) d;
+        END IF;
+    END IF;
+
+    status := 'ok';
+    IF cardinality(dup_idx) = n THEN
+        -- Every item is a duplicate: nothing is written. The row lock gave the
+        -- transaction an xid, so make its commit skip the WAL flush wait.
+        PERFORM set_config('synchronous_commit', 'off', true);
+        RETURN;
+    END IF;
+
+    IF cardinality(dup_idx) = 0 THEN
+        v_keep := p_hashes;
+        v_ids := p_ids;
+        v_bodies := p_bodies;
+    ELSE
+        -- The survivors, set-based (string_agg is linear; concatenating in
+        -- a loop would copy the growing buffers once per item).
+        SELECT array_agg(u.h ORDER BY u.i),
+               string_agg(substring(p_ids FROM (u.i::integer - 1) * 16 + 1 FOR 16), ''::bytea ORDER BY u.i),
+               string_agg(substring(p_bodies FROM coalesce(p_ends[u.i::integer - 1], 0) + 1
+                                             FOR u.e - coalesce(p_ends[u.i::integer - 1], 0)), ''::bytea ORDER BY u.i)
+          INTO v_keep, v_ids, v_bodies
+          FROM unnest(p_hashes, p_ends) WITH ORDINALITY AS u(h, e, i)
+         WHERE NOT (u.i::integer = ANY (dup_idx));
+    END IF;
+
+    first_offset := v_next;
+    UPDATE queen.partitions SET next_offset = v_next + cardinality(v_keep) WHERE id = p_partition;
+    INSERT INTO queen.segments (partition_id, first_offset, frame_count, created_at, frames)
+         VALUES (p_partition, v_next, cardinality(v_keep), created_at, v_ids || v_bodies);
+    INSERT INTO queen.log_txns (partition_id, first_offset, created_at, hashes)
+         VALUES (p_partition, v_next, created_at, v_keep);
+END $$;
