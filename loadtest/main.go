@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/segmentio/encoding/json"
 
+	"github.com/regina-mq/regina/internal/procstat"
 	"github.com/regina-mq/regina/internal/pushanswer"
 )
 
@@ -308,7 +307,7 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 	var ps *procState
 	pid, found := o.pid, "from -pid"
 	if pid == 0 {
-		pid, found = FindBrokerPID(localPort(o.url))
+		pid, found = FindBrokerPID(procstat.LocalPort(o.url))
 	}
 	broker.Found = found
 	if pid > 0 {
@@ -502,31 +501,6 @@ func pushWithRetries(clock Clock, sched *Scheduler, bo *Backoff, c *Client, body
 		}
 		res.Retries++
 	}
-}
-
-// localPort is the port of a URL pointing at this machine (0 otherwise, so
-// that a local process listening on the same port is not taken for a
-// remote broker).
-func localPort(raw string) int {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return 0
-	}
-	if h := u.Hostname(); h != "localhost" {
-		ip := net.ParseIP(h)
-		if ip == nil || !(ip.IsLoopback() || ip.IsUnspecified()) {
-			return 0
-		}
-	}
-	p := u.Port()
-	if p == "" {
-		if u.Scheme == "https" {
-			return 443
-		}
-		return 80
-	}
-	n, _ := strconv.Atoi(p)
-	return n
 }
 
 func isTerminal(w io.Writer) bool {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/regina-mq/regina/internal/procstat"
@@ -72,7 +71,7 @@ func FindBrokerPID(port int) (int, string) {
 
 func findBrokerPID(root string, port int) (int, string) {
 	if port > 0 {
-		if pid := listenerPID(root, port); pid > 0 {
+		if pid := procstat.ListenerPID(root, port); pid > 0 {
 			return pid, fmt.Sprintf("listening on port %d", port)
 		}
 	}
@@ -99,63 +98,4 @@ func findBrokerPID(root string, port int) (int, string) {
 	default:
 		return 0, fmt.Sprintf("%d processes named regina %v, none listening on port %d; pass -pid", len(found), found, port)
 	}
-}
-
-// listenerPID finds the process holding a TCP socket in LISTEN state on
-// port, via /proc/net/tcp{,6} and /proc/PID/fd. 0 when none is visible.
-func listenerPID(root string, port int) int {
-	inodes := map[string]bool{}
-	for _, name := range []string{"net/tcp", "net/tcp6"} {
-		b, err := os.ReadFile(filepath.Join(root, name))
-		if err != nil {
-			continue
-		}
-		for ino := range listenInodes(string(b), port) {
-			inodes[ino] = true
-		}
-	}
-	if len(inodes) == 0 {
-		return 0
-	}
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return 0
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		fdDir := filepath.Join(root, e.Name(), "fd")
-		fds, err := os.ReadDir(fdDir)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			link, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
-			if err != nil {
-				continue
-			}
-			if ino, ok := strings.CutPrefix(link, "socket:["); ok && inodes[strings.TrimSuffix(ino, "]")] {
-				return pid
-			}
-		}
-	}
-	return 0
-}
-
-// listenInodes returns the inodes of sockets in /proc/net/tcp format
-// listening (state 0A) on port.
-func listenInodes(table string, port int) map[string]bool {
-	out := map[string]bool{}
-	want := fmt.Sprintf(":%04X", port)
-	for line := range strings.Lines(table) {
-		f := strings.Fields(line)
-		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-		if len(f) < 10 || f[3] != "0A" || !strings.HasSuffix(f[1], want) {
-			continue
-		}
-		out[f[9]] = true
-	}
-	return out
 }

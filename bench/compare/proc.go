@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -210,51 +209,4 @@ func cpuBetween(a, b snapshot) CPU {
 		c.Steal = cores(delta(a.steal, b.steal), wall)
 	}
 	return c
-}
-
-// listenerPID finds the process holding a TCP socket in LISTEN state on
-// port, via /proc/net/tcp{,6} and /proc/PID/fd. 0 when none is visible.
-func listenerPID(port int) int {
-	inodes := map[string]bool{}
-	want := fmt.Sprintf(":%04X", port)
-	for _, name := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			continue
-		}
-		for line := range strings.Lines(string(b)) {
-			f := strings.Fields(line)
-			if len(f) >= 10 && f[3] == "0A" && strings.HasSuffix(f[1], want) {
-				inodes[f[9]] = true
-			}
-		}
-	}
-	if len(inodes) == 0 {
-		return 0
-	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		fdDir := filepath.Join("/proc", e.Name(), "fd")
-		fds, err := os.ReadDir(fdDir)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			link, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
-			if err != nil {
-				continue
-			}
-			if ino, ok := strings.CutPrefix(link, "socket:["); ok && inodes[strings.TrimSuffix(ino, "]")] {
-				pid, _ := strconv.Atoi(e.Name())
-				return pid
-			}
-		}
-	}
-	return 0
 }

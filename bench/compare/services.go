@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/regina-mq/regina/internal/procstat"
 )
 
 // childAttr keeps a child out of the terminal's process group (so a Ctrl-C
@@ -228,13 +230,13 @@ func findNATS(given string) *natsProc {
 		n := &natsProc{url: given}
 		if u, err := url.Parse(given); err == nil {
 			if p, err := strconv.Atoi(u.Port()); err == nil && (u.Hostname() == "127.0.0.1" || u.Hostname() == "localhost") {
-				n.pid = listenerPID(p)
+				n.pid = procstat.ListenerPID("/proc", p)
 			}
 		}
 		return n
 	}
 	if portAnswers("127.0.0.1:4222") {
-		return &natsProc{url: "nats://127.0.0.1:4222", pid: listenerPID(4222)}
+		return &natsProc{url: "nats://127.0.0.1:4222", pid: procstat.ListenerPID("/proc", 4222)}
 	}
 	return nil
 }

@@ -1,7 +1,8 @@
 // Package procstat reads a process's CPU time and resident memory from
-// Linux /proc, for the load generator and the comparison harness (which
-// report the broker's and PostgreSQL's CPU and RSS). It is measurement only,
-// no broker code.
+// Linux /proc, and finds the local process listening on a port, for the
+// load generator and the comparison harness (which report the broker's,
+// PostgreSQL's and other servers' CPU and RSS). It is measurement only, no
+// broker code.
 package procstat
 
 import (
