@@ -27,6 +27,7 @@ help: ## Show this list of targets
 	@echo 'Variables: ARGS (run, loadtest, faults), GOTESTFLAGS (e.g. -race, -run X, -v),'
 	@echo '           ITERATIONS (bench), FUZZTIME (fuzz), DURATION (faults, compare),'
 	@echo '           WARMUP ITEMS ROUNDS SCALE_PARTITIONS SCALE_HASHES (compare),'
+	@echo '           QUEEN_URL QUEEN_DATABASE (compare: also an upstream Queen server you run),'
 	@echo '           DATABASE_URL (use this PostgreSQL instead of a local one).'
 
 build: ## Build bin/regina and bin/regina-loadtest
@@ -88,14 +89,19 @@ COMPARE_FLAGS = -duration $(call cmp_var,DURATION,20s) -warmup $(call cmp_var,WA
 	-partitions $(call cmp_var,PARTITIONS,16) -payload $(call cmp_var,PAYLOAD,200)
 COMPARE_CMD = $(subst ','"'"',make $@ $(MAKEOVERRIDES))
 COMPARE_ARGS ?=
+# An upstream Queen server you run (http://HOST:PORT) adds block E to make compare;
+# QUEEN_DATABASE names its PostgreSQL database when it is on the local cluster.
+QUEEN_URL ?=
+QUEEN_DATABASE ?=
 SCALE_PARTITIONS ?= 1,16,1000,10000
 SCALE_HASHES ?= 100k,1M,10M
 SCALE_ROUNDS ?= 1
 
-compare: ## Regina vs PostgreSQL ceiling vs JetStream -> bench/RESULTS.md
+compare: ## Regina vs PostgreSQL ceiling vs JetStream [vs QUEEN_URL] -> bench/RESULTS.md
 	$(GO) build -o bin/regina-compare ./bench/compare
 	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -database-url "$$url" $(COMPARE_FLAGS) \
-		-rounds $(call cmp_var,ROUNDS,3) -command '$(COMPARE_CMD)' $(COMPARE_ARGS)
+		-rounds $(call cmp_var,ROUNDS,3) -command '$(COMPARE_CMD)' \
+		$(if $(QUEEN_URL),-queen-url '$(QUEEN_URL)') $(if $(QUEEN_DATABASE),-queen-database '$(QUEEN_DATABASE)') $(COMPARE_ARGS)
 
 compare/scale: ## Throughput as partitions and in-window hashes grow (minutes)
 	$(GO) build -o bin/regina-compare ./bench/compare

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/regina-mq/regina/internal/pushanswer"
 	"github.com/regina-mq/regina/reginatype"
 )
 
@@ -25,6 +27,8 @@ const (
 	phCeilingStorm   = "ceiling_storm"    // replay of ceiling's batches
 	phNATS           = "jetstream"        // async publish with Nats-Msg-Id, 1 h window
 	phNATSStorm      = "jetstream_storm"  // republish of the same Msg-Ids
+	phQueen          = "queen"            // the user's upstream Queen server (-queen-url)
+	phQueenStorm     = "queen_storm"      // replay of queen's pushes
 )
 
 // Queues of the compare run (all in the run's schema).
@@ -37,25 +41,52 @@ const (
 
 // configureQueue sets a queue's dedupWindowSeconds through the broker's
 // configure endpoint (a full replace: every other option is the default).
-func configureQueue(ctx context.Context, baseURL, queue string, window int) error {
+// It returns a note when the answer does not echo the window: upstream
+// Queen drops the option (its deduplication has no window).
+func configureQueue(ctx context.Context, baseURL, queue string, window int) (note string, err error) {
 	body, _ := json.Marshal(map[string]any{"queue": queue, "options": map[string]any{"dedupWindowSeconds": window}})
+	b, err := adminRequest(ctx, http.MethodPost, baseURL+"/api/v1/configure", body)
+	if err != nil {
+		return "", fmt.Errorf("configure %s: %w", queue, err)
+	}
+	var ans struct {
+		Options struct {
+			DedupWindowSeconds *int `json:"dedupWindowSeconds"`
+		} `json:"options"`
+	}
+	if json.Unmarshal(b, &ans) != nil || ans.Options.DedupWindowSeconds == nil {
+		return fmt.Sprintf("dedupWindowSeconds %d was sent, but the configure answer does not echo it: the server ignores it", window), nil
+	}
+	if *ans.Options.DedupWindowSeconds != window {
+		return fmt.Sprintf("dedupWindowSeconds %d was sent, but the server answered %d", window, *ans.Options.DedupWindowSeconds), nil
+	}
+	return "", nil
+}
+
+// adminRequest sends a small JSON request and returns the answer's body;
+// a status outside 2xx, or a 2xx carrying an error object (how upstream
+// Queen sends its errors), is an error.
+func adminRequest(ctx context.Context, method, url string, body []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/api/v1/configure", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("configure %s: %w", queue, err)
+		return nil, err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("configure %s: HTTP %d: %s", queue, resp.StatusCode, b)
+		return nil, errors.New(pushanswer.ErrorMessage(resp.StatusCode, b))
 	}
-	return nil
+	if msg := pushanswer.ErrorInBody(b); msg != "" {
+		return nil, fmt.Errorf("HTTP %d with an error body: %s", resp.StatusCode, msg)
+	}
+	return b, nil
 }
 
 // ensurePartitions creates (if needed) partitions p0..p(n-1) of queue and
@@ -74,13 +105,26 @@ func (h *harness) ensurePartitions(ctx context.Context, sp *pgSpace, queue strin
 	return refs, nil
 }
 
-// runCompare runs the rounds. Each round runs four blocks, rotated by one
-// per round so that no system always goes first:
+// block is a group of phases that share a system under test (a broker
+// started for the block, the pgx pool, NATS, the user's Queen server), run
+// in one go. A new comparison is a new block: its letter in -blocks, its
+// phases in comparePhases, its ratios in writeCompare.
+type block struct {
+	key  byte // its letter in -blocks
+	name string
+	run  func(round int) error
+	// skip says why the block cannot run in this run ("" = it can).
+	skip string
+}
+
+// runCompare runs the rounds. Each round runs the blocks, their order
+// rotated by one per round so that no system always goes first:
 //
 //	A  broker with the cache on: regina_on, regina_on_storm, regina_nodedup
 //	B  pgx ceiling: ceiling, ceiling_storm
 //	C  JetStream: jetstream, jetstream_storm
 //	D  broker with the cache off: regina_off, regina_off_storm
+//	E  the user's upstream Queen server (-queen-url): queen, queen_storm
 //
 // A storm always follows the phase whose pushes it replays.
 func (h *harness) runCompare() error {
@@ -96,16 +140,32 @@ func (h *harness) runCompare() error {
 	bspec := func(name string, r int, b *brokerProc) phaseSpec {
 		return phaseSpec{name: name, round: r, workers: c.connections, procs: h.procs(b, false), brokerURL: b.url}
 	}
+	configure := func(url, queue string, window int) error {
+		note, err := configureQueue(h.stop, url, queue, window)
+		if note != "" {
+			h.logf("%s: %s", queue, note)
+		}
+		return err
+	}
+	// fresh then storm: a fresh phase of pushes to queue, then the storm
+	// replaying what it had accepted.
+	freshThenStorm := func(fresh, storm phaseSpec, work func(replay [][]int32) workFunc) {
+		_, seqs := h.drive(fresh, work(nil))
+		if h.stop.Err() != nil {
+			return
+		}
+		h.drive(storm, work(seqs))
+	}
 	blockA := func(r int) error {
 		b, err := h.startBroker(h.main, true, "regina-cache-on-r"+strconv.Itoa(r+1))
 		if err != nil {
 			return err
 		}
 		defer h.stopBroker()
-		if err := configureQueue(h.stop, b.url, qOn, 3600); err != nil {
+		if err := configure(b.url, qOn, 3600); err != nil {
 			return err
 		}
-		if err := configureQueue(h.stop, b.url, qNoDedup, 0); err != nil {
+		if err := configure(b.url, qNoDedup, 0); err != nil {
 			return err
 		}
 		for _, q := range []string{qOn, qNoDedup} {
@@ -113,11 +173,9 @@ func (h *harness) runCompare() error {
 				return err
 			}
 		}
-		_, seqs := h.drive(bspec(phReginaOn, r, b), h.reginaWork(b.url, qOn, tag(r, "on"), nil))
-		if h.stop.Err() != nil {
-			return nil
-		}
-		h.drive(bspec(phReginaOnStorm, r, b), h.reginaWork(b.url, qOn, tag(r, "on"), seqs))
+		freshThenStorm(bspec(phReginaOn, r, b), bspec(phReginaOnStorm, r, b), func(replay [][]int32) workFunc {
+			return h.reginaWork(b.url, qOn, tag(r, "on"), replay)
+		})
 		if h.stop.Err() != nil {
 			return nil
 		}
@@ -126,23 +184,16 @@ func (h *harness) runCompare() error {
 	}
 	blockB := func(r int) error {
 		g := h.procs(nil, false)
-		_, seqs := h.drive(spec(phCeiling, r, g), h.ceilingWork(h.main.store, refs, tag(r, "c"), nil))
-		if h.stop.Err() != nil {
-			return nil
-		}
-		h.drive(spec(phCeilingStorm, r, g), h.ceilingWork(h.main.store, refs, tag(r, "c"), seqs))
+		freshThenStorm(spec(phCeiling, r, g), spec(phCeilingStorm, r, g), func(replay [][]int32) workFunc {
+			return h.ceilingWork(h.main.store, refs, tag(r, "c"), replay)
+		})
 		return nil
 	}
 	blockC := func(r int) error {
 		g := h.procs(nil, true)
-		s := spec(phNATS, r, g)
-		s.workers = c.natsConns
-		_, seqs := h.drive(s, h.natsWork(tag(r, "n"), nil))
-		if h.stop.Err() != nil {
-			return nil
-		}
-		s.name = phNATSStorm
-		h.drive(s, h.natsWork(tag(r, "n"), seqs))
+		fresh, storm := spec(phNATS, r, g), spec(phNATSStorm, r, g)
+		fresh.workers, storm.workers = c.natsConns, c.natsConns
+		freshThenStorm(fresh, storm, func(replay [][]int32) workFunc { return h.natsWork(tag(r, "n"), replay) })
 		return nil
 	}
 	blockD := func(r int) error {
@@ -151,33 +202,57 @@ func (h *harness) runCompare() error {
 			return err
 		}
 		defer h.stopBroker()
-		if err := configureQueue(h.stop, b.url, qOff, 3600); err != nil {
+		if err := configure(b.url, qOff, 3600); err != nil {
 			return err
 		}
 		if _, err := h.prime(b.url, qOff, tag(r, "prime-"+qOff), c.partitions); err != nil {
 			return err
 		}
-		_, seqs := h.drive(bspec(phReginaOff, r, b), h.reginaWork(b.url, qOff, tag(r, "off"), nil))
-		if h.stop.Err() != nil {
-			return nil
-		}
-		h.drive(bspec(phReginaOffStorm, r, b), h.reginaWork(b.url, qOff, tag(r, "off"), seqs))
+		freshThenStorm(bspec(phReginaOff, r, b), bspec(phReginaOffStorm, r, b), func(replay [][]int32) workFunc {
+			return h.reginaWork(b.url, qOff, tag(r, "off"), replay)
+		})
 		return nil
 	}
-	blocks := []func(int) error{blockA, blockB, blockC, blockD}
-	names := []string{"A (Regina, cache on)", "B (pgx ceiling)", "C (JetStream)", "D (Regina, cache off)"}
+	blockE := func(r int) error {
+		q := h.queen
+		if _, err := h.prime(q.url, q.queue, tag(r, "prime-queen"), c.partitions); err != nil {
+			return err
+		}
+		g := q.procs(h)
+		freshThenStorm(spec(phQueen, r, g), spec(phQueenStorm, r, g), func(replay [][]int32) workFunc {
+			return h.reginaWork(q.url, q.queue, tag(r, "q"), replay)
+		})
+		return nil
+	}
+	blocks := []block{
+		{key: 'A', name: "A (Regina, cache on)", run: blockA},
+		{key: 'B', name: "B (pgx ceiling)", run: blockB},
+		{key: 'C', name: "C (JetStream)", run: blockC},
+		{key: 'D', name: "D (Regina, cache off)", run: blockD},
+		{key: 'E', name: "E (upstream Queen)", run: blockE},
+	}
+	if h.queen == nil {
+		blocks[4].skip = "no -queen-url (make compare QUEEN_URL=http://HOST:PORT) given"
+	}
+	var active []block
+	for _, b := range blocks {
+		switch {
+		case !strings.ContainsRune(strings.ToUpper(c.blocks), rune(b.key)):
+		case b.skip != "":
+			h.logf("block %s skipped: %s", b.name, b.skip)
+		default:
+			active = append(active, b)
+		}
+	}
 	for r := range c.rounds {
 		h.logf("round %d of %d", r+1, c.rounds)
-		for i := range blocks {
-			k := (i + r) % len(blocks)
+		for i := range active {
+			b := active[(i+r)%len(active)]
 			if h.stop.Err() != nil {
 				return nil
 			}
-			if !strings.ContainsRune(strings.ToUpper(c.blocks), rune('A'+k)) {
-				continue
-			}
-			h.logf(" block %s", names[k])
-			if err := blocks[k](r); err != nil {
+			h.logf(" block %s", b.name)
+			if err := b.run(r); err != nil {
 				return err
 			}
 		}

@@ -96,3 +96,87 @@ func TestMedianAndQuantile(t *testing.T) {
 		t.Fatalf("parseInts = %v, %v", v, err)
 	}
 }
+
+func TestBackendDatabase(t *testing.T) {
+	for title, want := range map[string]string{
+		"postgres: 15/main: postgres regina_compare 127.0.0.1(35966) idle": "regina_compare",
+		"postgres: queen postgres [local] idle in transaction":             "postgres",
+		"postgres: postgres queen 127.0.0.1(1) SELECT":                     "queen",
+		"postgres: 15/main: autovacuum worker regina_compare":              "regina_compare",
+		"postgres: 15/main: checkpointer":                                  "",
+		"postgres: 15/main: logical replication launcher":                  "",
+		"postgres: 15/main: autovacuum launcher":                           "",
+		"/usr/lib/postgresql/15/bin/postgres -D /var/lib/postgresql":       "",
+	} {
+		if got := backendDatabase(title); got != want {
+			t.Errorf("backendDatabase(%q) = %q, want %q", title, got, want)
+		}
+	}
+}
+
+// RESULTS.md says when the Queen block was not run, and puts a measured
+// Queen side by side with Regina: its ratios, its rows in the tables, and
+// regina/queen on the summary line.
+func TestWriteCompareWithAndWithoutQueen(t *testing.T) {
+	core := func(v float64) *float64 { return &v }
+	results := func(withQueen bool) []*PhaseResult {
+		rs := []*PhaseResult{
+			{Name: phReginaOn, MsgsPerSec: 20000, Ops: 2000, Window: 10, CPU: CPU{Broker: core(0.4), PGOurs: core(1.2)}},
+			{Name: phReginaOnStorm, MsgsPerSec: 40000, Ops: 4000, Window: 10},
+			{Name: phNATS, MsgsPerSec: 40000, Ops: 40000, Window: 10},
+		}
+		if withQueen {
+			rs = append(rs,
+				&PhaseResult{Name: phQueen, MsgsPerSec: 8000, Ops: 800, Window: 10, CPU: CPU{Broker: core(0.9)}},
+				&PhaseResult{Name: phQueenStorm, MsgsPerSec: 5000, Ops: 500, Window: 10})
+		}
+		return rs
+	}
+	for _, withQueen := range []bool{false, true} {
+		path := filepath.Join(t.TempDir(), "RESULTS.md")
+		h := &harness{
+			cfg:     &config{rounds: 1, out: path, connections: 16, partitions: 16, items: 10},
+			wl:      newWorkload(16, 10, 200, 42),
+			info:    runInfo{Machine: Machine{NProc: 2}},
+			results: results(withQueen),
+		}
+		if withQueen {
+			h.queen = &queenTarget{url: "http://127.0.0.1:6640", queue: "regina_cmp_x", server: "C++ Queen Server (libqueen) 1.0.0",
+				where: "local pid 42", note: "dedupWindowSeconds 3600 was sent, but the configure answer does not echo it: the server ignores it"}
+		}
+		summary, err := h.writeCompare()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(path)
+		doc := string(b)
+		if !withQueen {
+			if !strings.Contains(doc, "Not measured: no Queen server was given") || strings.Contains(summary, "regina/queen") {
+				t.Fatalf("a run without Queen must say so and keep the summary as it was:\n%s\n%s", summary, doc)
+			}
+			if !strings.Contains(doc, "| queen | the user's upstream Queen server (`QUEEN_URL`), same client and load as Regina: new messages | not measured |") {
+				t.Fatalf("the Queen rows must say not measured:\n%s", doc)
+			}
+			continue
+		}
+		for _, want := range []string{
+			"- Server: C++ Queen Server (libqueen) 1.0.0 at http://127.0.0.1:6640, local pid 42; queue `regina_cmp_x`",
+			"does not echo it",
+			"| Regina dedup on (cache on) / upstream Queen | 2.50 | 2.50 |",
+			"| Regina storm (cache on) / upstream Queen storm | 8.00 | 8.00 |",
+			"| queen | upstream Queen at http://127.0.0.1:6640, same client and load as Regina: new messages | **8.0k** |",
+			"| queen_storm | retry storm: upstream Queen rejecting replayed pushes | **5.0k** |",
+			"\"PG ours\" is unknown without `QUEEN_DATABASE`",
+		} {
+			if !strings.Contains(doc, want) {
+				t.Errorf("RESULTS.md lacks %q", want)
+			}
+		}
+		if !strings.HasSuffix(summary, " regina/queen=2.50") {
+			t.Errorf("summary %q lacks regina/queen", summary)
+		}
+		if t.Failed() {
+			t.Log(doc)
+		}
+	}
+}

@@ -1,10 +1,11 @@
 // Command regina-compare measures Regina side by side with the two figures
 // it is held to, in one run on one machine with the same messages: the raw
 // PostgreSQL ceiling of its own push transaction, and NATS JetStream's
-// deduplicating publish. It writes the ratios and the raw figures to
+// deduplicating publish; and, when the user runs one and names it, the
+// upstream Queen server. It writes the ratios and the raw figures to
 // bench/RESULTS.md and prints, as its last line,
 //
-//	compare: regina/jetstream=R regina/ceiling=R dedup_on/off=R dup/new=R
+//	compare: regina/jetstream=R regina/ceiling=R dedup_on/off=R dup/new=R [regina/queen=R]
 //
 // Run it through make, which finds or starts PostgreSQL first:
 //
@@ -12,6 +13,8 @@
 //	make compare DURATION=5s        # the same, shorter: about 4 minutes
 //	make compare ITEMS=100 ROUNDS=1 WARMUP=2s
 //	make compare COMPARE_ARGS='-blocks AB -nats-conns 1'
+//	make compare QUEEN_URL=http://127.0.0.1:6640            # adds block E against your Queen server
+//	make compare QUEEN_URL=http://127.0.0.1:6640 QUEEN_DATABASE=queen COMPARE_ARGS='-blocks AE'
 //	make compare/scale              # partitions 1..10k, hashes 100k..10M, 1 round: about 12 minutes
 //	make compare/scale DURATION=10s SCALE_ROUNDS=2
 //	make compare/scale DURATION=5s SCALE_PARTITIONS=1,16,1000 SCALE_HASHES=100k,1M
@@ -33,7 +36,15 @@
 //     deletes it at the end;
 //   - starts bin/regina itself on a free port, with that schema and every
 //     setting at its default except QUEEN_DEDUP_CACHE, and stops it after
-//     each block.
+//     each block;
+//   - with -queen-url (make compare QUEEN_URL=...): checks that the Queen
+//     server answers /health, finds its process when it is local (the
+//     listener of the URL's port), and configures one queue on it,
+//     regina_cmp_<tag> (dedupWindowSeconds 3600; upstream Queen drops that
+//     option and says nothing, so the report notes that the answer did not
+//     echo it); the queue is deleted at the end. Nothing else is started,
+//     stopped or changed there. A Queen that does not answer fails the run
+//     before anything is measured.
 //
 // A first Ctrl-C (or SIGTERM, or the overall timeout) ends the current
 // phase, stops what was started, drops the schema and the stream, and
@@ -52,9 +63,13 @@
 // storm regenerates exactly what was sent before.
 //
 //   - Regina: HTTP/1.1 keep-alive (fasthttp), one connection per producer,
-//     POST /api/v1/push; verdicts are counted from the answer. This is our
-//     own client (not bin/regina-loadtest) so that the storm can replay
-//     exactly the pushes an earlier phase had accepted.
+//     POST /api/v1/push; verdicts are counted from the answer, read as any
+//     producer reads it (internal/pushanswer: any 2xx, the body decides).
+//     This is our own client (not bin/regina-loadtest) so that the storm
+//     can replay exactly the pushes an earlier phase had accepted.
+//   - Upstream Queen: the very same client, bodies and shape as Regina
+//     (its 200 answers count like Regina's 201; a 200 carrying an error
+//     object is an error).
 //   - Ceiling: sqlstore.Store.Push, i.e. the broker's own pgx call of
 //     queen.push_segment, one pgx connection per producer, with the batch
 //     the broker would send for the same push (xxh3 hashes, UUIDv7 ids,
@@ -68,8 +83,9 @@
 //
 // # Phases and rounds
 //
-// One round is four blocks; the block order rotates by one per round (A B C
-// D, then B C D A, ...), so that no system always runs first or last:
+// One round is four blocks, five with Queen; the block order rotates by one
+// per round (A B C D, then B C D A, ...), so that no system always runs
+// first or last:
 //
 //	A  broker, QUEEN_DEDUP_CACHE=true: regina_on (dedup on, 1 h window),
 //	   regina_on_storm (replays every push regina_on had accepted, cycling),
@@ -77,6 +93,9 @@
 //	B  ceiling, ceiling_storm
 //	C  jetstream, jetstream_storm (republishes the same Msg-Ids)
 //	D  broker, QUEEN_DEDUP_CACHE=false: regina_off, regina_off_storm
+//	E  the user's Queen server (only with -queen-url): queen, queen_storm
+//	   (replays every push queen had accepted); its partitions are primed
+//	   first, as a fresh Regina's are
 //
 // Each phase is -warmup (3 s, not counted) plus -duration (20 s). An op
 // counts when its answer arrives inside the measured window; msgs/s counts
@@ -91,7 +110,10 @@
 // alive at the end ("PG all", which includes the WAL writer, the
 // checkpointer and other users' backends); nats-server (found as the
 // listener of its port); this program (the load generator); and the whole
-// machine from /proc/stat. The broker's RSS is read every half second.
+// machine from /proc/stat. The broker's RSS is read every half second. In
+// the Queen phases "broker" is the Queen server process (when local), and
+// "PG ours" the backends of -queen-database (unknown without it; "PG all"
+// holds Queen's backends when it uses the same cluster).
 // RESULTS.md also gives CPU microseconds per message.
 //
 // # Scale mode (-scale, make compare/scale)
@@ -153,4 +175,11 @@
 //     is reported next to them, and it does grow with the log.
 //   - Tables are not reset between rounds: every system's log grows through
 //     the run (JetStream's stream as well).
+//   - Upstream Queen deduplicates on a unique (partition, transactionId)
+//     key with no window, Regina within a 1 h window: both reject every
+//     replay of a storm. Queen runs on whatever database and settings its
+//     user gave it, possibly another PostgreSQL than Regina's; RESULTS.md
+//     says where it ran and what could be measured of it.
+//   - Adding a system or a phase: a block in runCompare (its letter in
+//     -blocks), its phases in comparePhases, its ratios in writeCompare.
 package main

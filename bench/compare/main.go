@@ -47,6 +47,8 @@ type config struct {
 	command      string
 	timeout      time.Duration
 	blocks       string
+	queenURL     string
+	queenDB      string
 
 	scale          bool
 	scaleParts     []int
@@ -103,7 +105,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.out, "out", "bench/RESULTS.md", "markdown file to write (its compare or scale section is replaced)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write every phase result as JSON to this path")
 	fs.StringVar(&c.command, "command", "", "how the run was invoked, for the results file (default: this program's arguments)")
-	fs.StringVar(&c.blocks, "blocks", "ABCD", "compare mode: which blocks to run (A Regina cache on + storm + dedup off, B pgx ceiling + storm, C JetStream + storm, D Regina cache off + storm)")
+	fs.StringVar(&c.blocks, "blocks", "ABCDE", "compare mode: which blocks to run (A Regina cache on + storm + dedup off, B pgx ceiling + storm, C JetStream + storm, D Regina cache off + storm, E upstream Queen + storm when -queen-url is given)")
+	fs.StringVar(&c.queenURL, "queen-url", "", "compare mode: an upstream Queen server you run (http://HOST:PORT); block E gives it the same load as Regina")
+	fs.StringVar(&c.queenDB, "queen-database", "", "compare mode: the PostgreSQL database the Queen server uses, when on the local cluster (its backends become \"PG ours\" of the Queen phases)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "stop measuring after this long (0 = from the plan, with a margin)")
 	fs.BoolVar(&c.scale, "scale", false, "scale mode: throughput and p99 as partitions and in-window hashes grow")
 	sp := fs.String("scale-partitions", "1,16,1000,10000", "scale mode: partition counts")
@@ -136,6 +140,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-connections, -partitions and -items must be >= 1")
 	case c.payload < 11:
 		return nil, errors.New("-payload must be >= 11 (the JSON object around the data)")
+	case c.scale && (c.queenURL != "" || c.queenDB != ""):
+		return nil, errors.New("-queen-url and -queen-database are for compare mode, not -scale")
 	case c.natsInflight < 1 || c.natsConns < 0:
 		return nil, errors.New("-nats-inflight must be >= 1 and -nats-conns >= 0")
 	}
@@ -174,6 +180,8 @@ type harness struct {
 	natsSubjects []string
 	natsPending  int
 
+	queen *queenTarget // nil without -queen-url
+
 	broker *brokerProc
 
 	info    runInfo
@@ -183,18 +191,19 @@ type harness struct {
 
 // runInfo is what RESULTS.md says about the run's setting.
 type runInfo struct {
-	Started     time.Time `json:"started"`
-	Command     string    `json:"command"`
-	Args        string    `json:"args"`
-	Machine     Machine   `json:"machine"`
-	GoVersion   string    `json:"go_version"`
-	PGVersion   string    `json:"pg_version"`
-	NATSVersion string    `json:"nats_version,omitempty"`
-	NATSWhere   string    `json:"nats_where,omitempty"`
-	Commit      string    `json:"regina_commit"`
-	PGWhere     string    `json:"pg_where"`
-	Interrupted bool      `json:"interrupted,omitempty"`
-	Crashes     []string  `json:"broker_crashes,omitempty"`
+	Started     time.Time  `json:"started"`
+	Command     string     `json:"command"`
+	Args        string     `json:"args"`
+	Machine     Machine    `json:"machine"`
+	GoVersion   string     `json:"go_version"`
+	PGVersion   string     `json:"pg_version"`
+	NATSVersion string     `json:"nats_version,omitempty"`
+	NATSWhere   string     `json:"nats_where,omitempty"`
+	Commit      string     `json:"regina_commit"`
+	PGWhere     string     `json:"pg_where"`
+	Queen       *queenInfo `json:"queen,omitempty"`
+	Interrupted bool       `json:"interrupted,omitempty"`
+	Crashes     []string   `json:"broker_crashes,omitempty"`
 }
 
 func main() {
@@ -292,7 +301,11 @@ func (h *harness) plannedTime() time.Duration {
 		n := (len(c.scaleParts) + len(c.scaleHashes)) * c.scaleRounds * 2
 		return time.Duration(n)*phase + 90*time.Minute
 	}
-	return time.Duration(c.rounds*9)*phase + time.Duration(c.rounds*2)*time.Minute + 10*time.Minute
+	phases := 9
+	if c.queenURL != "" {
+		phases += 2
+	}
+	return time.Duration(c.rounds*phases)*phase + time.Duration(c.rounds*2)*time.Minute + 10*time.Minute
 }
 
 func newTag() string {
@@ -366,6 +379,11 @@ func (h *harness) setup() error {
 	if !c.scale {
 		if err := h.setupNATS(ctx); err != nil {
 			return err
+		}
+		if c.queenURL != "" {
+			if err := h.setupQueen(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -472,6 +490,7 @@ func (h *harness) cleanup() {
 		}
 		h.nc.Close()
 	}
+	h.cleanupQueen()
 	if h.natsSrv != nil && h.natsSrv.started {
 		h.logf("stopping the nats-server we started")
 		h.natsSrv.stop(hard)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/valyala/fasthttp"
 
+	"github.com/regina-mq/regina/internal/pushanswer"
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
@@ -351,13 +351,10 @@ func newHTTPClient(baseURL string) *httpClient {
 	}
 }
 
-var (
-	queuedTok    = []byte(`"status":"queued"`)
-	duplicateTok = []byte(`"status":"duplicate"`)
-)
-
-// push sends one body and counts the verdicts of a 201 answer.
-func (c *httpClient) push(body []byte) (queued, dup int, err error) {
+// push sends one body of nItems items and judges the answer as any
+// producer would (internal/pushanswer): any 2xx, the body decides, so
+// Regina's 201 and upstream Queen's 200 count alike.
+func (c *httpClient) push(body []byte, nItems int) pushanswer.Answer {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -367,13 +364,23 @@ func (c *httpClient) push(body []byte) (queued, dup int, err error) {
 	req.Header.SetContentType("application/json")
 	req.SetBody(body)
 	if err := c.hc.Do(req, resp); err != nil {
-		return 0, 0, err
+		return pushanswer.Failure(err)
 	}
-	if resp.StatusCode() != fasthttp.StatusCreated {
-		return 0, 0, fmt.Errorf("HTTP %d: %s", resp.StatusCode(), tailString(string(resp.Body()), 200))
+	return pushanswer.Read(resp.StatusCode(), resp.Body(), nItems)
+}
+
+// pushVerdicts reduces an answer to its queued and duplicate counts, or an
+// error when it is not a full set of stored verdicts (an error status, a
+// failed or buffered item, a bad body).
+func pushVerdicts(a *pushanswer.Answer, nItems int) (queued, dup int, err error) {
+	if a.Kind != pushanswer.OK {
+		return 0, 0, a.Err
 	}
-	b := resp.Body()
-	return bytes.Count(b, queuedTok), bytes.Count(b, duplicateTok), nil
+	if a.Acked() != nItems {
+		err = fmt.Errorf("HTTP %d with %d queued + %d duplicate + %d buffered + %d failed for %d items",
+			a.Status, a.Queued, a.Duplicate, a.Buffered, a.Failed, nItems)
+	}
+	return a.Queued, a.Duplicate, err
 }
 
 // reginaWork pushes fresh bodies to queue (replay == nil, every item should
@@ -398,15 +405,16 @@ func (h *harness) reginaWork(baseURL, queue, tag string, replay [][]int32) workF
 			}
 			buf = h.wl.appendBody(buf[:0], queue, tag, w, seq)
 			t0 := time.Now()
-			q, d, err := c.push(buf)
+			ans := c.push(buf, n)
 			t1 := time.Now()
-			if err != nil {
-				rec.fail(err)
+			if ans.Kind != pushanswer.OK {
+				rec.fail(ans.Err)
 				time.Sleep(10 * time.Millisecond) // a dead broker must not turn this into a busy loop
 				continue
 			}
-			if q+d != n {
-				rec.fail(fmt.Errorf("201 with %d queued + %d duplicate for %d items", q, d, n))
+			q, d, err := pushVerdicts(&ans, n)
+			if err != nil {
+				rec.fail(err)
 			}
 			if src == nil {
 				rec.record(pc, t0, t1, q, d)
@@ -641,7 +649,8 @@ func (h *harness) prime(baseURL, queue, tag string, partitions int) (time.Durati
 			for p := range next {
 				body := []byte(`{"items":[{"queue":"` + queue + `","partition":"p` + strconv.Itoa(p) +
 					`","transactionId":"` + tag + `-prime-` + strconv.Itoa(p) + `","payload":` + string(h.wl.payloads[p%nPayloads]) + `}]}`)
-				if _, _, err := c.push(body); err != nil {
+				ans := c.push(body, 1)
+				if _, _, err := pushVerdicts(&ans, 1); err != nil {
 					select {
 					case errs <- err:
 					default:

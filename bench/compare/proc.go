@@ -83,6 +83,7 @@ type snapshot struct {
 	natsOK       bool
 	self         uint64
 	pg           map[int]pgProc // every process of the PostgreSQL cluster
+	oursKnown    bool           // a database was named: "PG ours" means something
 	busy, steal  uint64
 	machineOK    bool
 }
@@ -108,7 +109,7 @@ func (g procGroups) snap() snapshot {
 		s.self = st.ticks
 	}
 	if g.postmaster > 0 {
-		s.pg = pgProcs(g.postmaster, g.dbname)
+		s.pg, s.oursKnown = pgProcs(g.postmaster, g.dbname), g.dbname != ""
 	}
 	s.busy, s.steal, s.machineOK = machineTicks()
 	return s
@@ -139,16 +140,33 @@ func pgProcs(postmaster int, dbname string) map[int]pgProc {
 		}
 		p := pgProc{ticks: st.ticks}
 		if cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && dbname != "" {
-			for _, f := range strings.Fields(string(bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))) {
-				if f == dbname {
-					p.ours = true
-					break
-				}
-			}
+			p.ours = backendDatabase(string(bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))) == dbname
 		}
 		out[pid] = p
 	}
 	return out
+}
+
+// backendDatabase is the database named in a backend's process title
+// ("postgres: [CLUSTER:] USER DB HOST(PORT) STATE", or "... autovacuum
+// worker DB"), "" for the cluster's other processes. The user comes first,
+// so a database named like a user is not confused with it.
+func backendDatabase(title string) string {
+	f := strings.Fields(title)
+	if len(f) == 0 || f[0] != "postgres:" {
+		return ""
+	}
+	f = f[1:]
+	if len(f) > 0 && strings.HasSuffix(f[0], ":") { // cluster name, e.g. "15/main:"
+		f = f[1:]
+	}
+	if len(f) >= 3 && f[0] == "autovacuum" && f[1] == "worker" {
+		return f[2]
+	}
+	if len(f) < 3 || !strings.Contains(f[2], "(") && f[2] != "[local]" {
+		return "" // a background process: "checkpointer", "walwriter", ...
+	}
+	return f[1]
 }
 
 // CPU holds the cores each group used over a phase's measured window.
@@ -202,7 +220,10 @@ func cpuBetween(a, b snapshot) CPU {
 				ours += d
 			}
 		}
-		c.PGAll, c.PGOurs = cores(all, wall), cores(ours, wall)
+		c.PGAll = cores(all, wall)
+		if b.oursKnown {
+			c.PGOurs = cores(ours, wall)
+		}
 	}
 	if a.machineOK && b.machineOK {
 		c.Machine = cores(delta(a.busy, b.busy), wall)

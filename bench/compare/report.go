@@ -264,6 +264,67 @@ func (h *harness) settingText(b *strings.Builder) {
 	}
 }
 
+// phaseInfo names a phase of make compare and says what it measures.
+type phaseInfo struct{ name, what string }
+
+// comparePhases lists the phases of compare mode in the order of the
+// report's tables. A new phase is added here (and to a block of
+// runCompare).
+func (h *harness) comparePhases() []phaseInfo {
+	queen := "the user's upstream Queen server (`QUEEN_URL`)"
+	if h.queen != nil {
+		queen = "upstream Queen at " + h.queen.url
+	}
+	return []phaseInfo{
+		{phReginaOn, "Regina, dedup on (1 h window), `QUEEN_DEDUP_CACHE=true`: new messages"},
+		{phReginaOff, "Regina, dedup on, `QUEEN_DEDUP_CACHE=false`: new messages"},
+		{phReginaNoDedup, "Regina, `dedupWindowSeconds: 0`: new messages"},
+		{phCeiling, "`queen.push_segment` through pgx, no broker: new messages"},
+		{phNATS, "JetStream async publish, `Nats-Msg-Id`, 1 h window, file storage: new messages"},
+		{phQueen, queen + ", same client and load as Regina: new messages"},
+		{phReginaOnStorm, "retry storm: Regina (cache on) rejecting replayed pushes"},
+		{phReginaOffStorm, "retry storm: Regina (cache off) rejecting replayed pushes"},
+		{phCeilingStorm, "retry storm: `queen.push_segment` rejecting replayed batches"},
+		{phNATSStorm, "retry storm: JetStream rejecting republished Msg-Ids"},
+		{phQueenStorm, "retry storm: upstream Queen rejecting replayed pushes"},
+	}
+}
+
+// queenText writes the section on the user's Queen server and returns the
+// headline ratio (Regina's new messages over Queen's).
+func (h *harness) queenText(b *strings.Builder) ratio {
+	b.WriteString("\n### Against upstream Queen (`make compare QUEEN_URL=...`)\n\n")
+	headline := h.ratioOf("regina/queen", "Regina dedup on (cache on) / upstream Queen", phReginaOn, phQueen, 0)
+	q := h.queen
+	if q == nil {
+		b.WriteString("Not measured: no Queen server was given. `make compare QUEEN_URL=http://HOST:PORT` (a Queen server you run)\n" +
+			"adds block E: the same load, through the same client, against it, side by side with Regina in every table below.\n")
+		return headline
+	}
+	fmt.Fprintf(b, "- Server: %s at %s, %s; queue `%s` (created for the run, deleted at the end).\n", q.server, q.url, q.where, q.queue)
+	if q.note != "" {
+		fmt.Fprintf(b, "- Deduplication: %s (upstream Queen drops the option: it deduplicates on a unique (partition, transactionId)\n"+
+			"  key with no window, while `regina_on` has a 1 h window; both reject every replayed push of a storm).\n", q.note)
+	}
+	if h.cfg.queenDB != "" {
+		fmt.Fprintf(b, "- CPU: \"broker\" is the Queen server process; \"PG ours\" the backends of its database `%s`.\n", h.cfg.queenDB)
+	} else {
+		b.WriteString("- CPU: \"broker\" is the Queen server process (when local); \"PG ours\" is unknown without `QUEEN_DATABASE`\n" +
+			"  (\"PG all\" includes Queen's backends when it uses this PostgreSQL cluster).\n")
+	}
+	b.WriteString("\n| ratio | value | per round |\n|---|---|---|\n")
+	for _, r := range []ratio{
+		headline,
+		h.ratioOf("", "Regina dedup on (cache off) / upstream Queen", phReginaOff, phQueen, 0),
+		h.ratioOf("", "Regina dedup off / upstream Queen", phReginaNoDedup, phQueen, 0),
+		h.ratioOf("", "Regina storm (cache on) / upstream Queen storm", phReginaOnStorm, phQueenStorm, 0),
+		h.ratioOf("", "upstream Queen duplicates / new", phQueenStorm, phQueen, 0),
+	} {
+		fmt.Fprintf(b, "| %s | %s | %s |\n", r.label, r.value(), r.roundsText())
+	}
+	return headline
+}
+
 func fmtOptUs(v *float64) string {
 	if v == nil {
 		return "-"
@@ -302,6 +363,8 @@ func (h *harness) writeCompare() (string, error) {
 	}
 	b.WriteString("\nThe fifth bar (10M in-window hashes ≥ 0.9× 100k) is measured by `make compare/scale`, below.\n")
 
+	queen := h.queenText(&b)
+
 	b.WriteString("\n### Other same-run ratios (context, no bar)\n\n| ratio | value | per round |\n|---|---|---|\n")
 	for _, r := range context {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.label, r.value(), r.roundsText())
@@ -322,22 +385,14 @@ func (h *harness) writeCompare() (string, error) {
 		{"Regina dedup on (cache off) / JetStream", phReginaOff, phNATS},
 		{"Regina dedup on (cache off) / ceiling", phReginaOff, phCeiling},
 		{"Regina duplicates / new (cache off)", phReginaOffStorm, phReginaOff},
+		{"Regina dedup on (cache on) / upstream Queen", phReginaOn, phQueen},
+		{"Regina storm (cache on) / upstream Queen storm", phReginaOnStorm, phQueenStorm},
 	} {
 		srv, cli := h.effRatio(e.num, e.den, false), h.effRatio(e.num, e.den, true)
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", e.label, srv.value(), srv.roundsText(), cli.value(), cli.roundsText())
 	}
 
-	phases := []struct{ name, what string }{
-		{phReginaOn, "Regina, dedup on (1 h window), `QUEEN_DEDUP_CACHE=true`: new messages"},
-		{phReginaOff, "Regina, dedup on, `QUEEN_DEDUP_CACHE=false`: new messages"},
-		{phReginaNoDedup, "Regina, `dedupWindowSeconds: 0`: new messages"},
-		{phCeiling, "`queen.push_segment` through pgx, no broker: new messages"},
-		{phNATS, "JetStream async publish, `Nats-Msg-Id`, 1 h window, file storage: new messages"},
-		{phReginaOnStorm, "retry storm: Regina (cache on) rejecting replayed pushes"},
-		{phReginaOffStorm, "retry storm: Regina (cache off) rejecting replayed pushes"},
-		{phCeilingStorm, "retry storm: `queen.push_segment` rejecting replayed batches"},
-		{phNATSStorm, "retry storm: JetStream rejecting republished Msg-Ids"},
-	}
+	phases := h.comparePhases()
 	b.WriteString("\n### Raw figures (median over rounds)\n\n")
 	b.WriteString("msgs/s counts messages with the expected verdict (accepted, or rejected as duplicate in a storm) answered\n" +
 		"inside the measured window. Latency is per push (Regina, ceiling) or per message publish→ack (JetStream).\n" +
@@ -394,8 +449,12 @@ func (h *harness) writeCompare() (string, error) {
 	if err := h.writeJSON(); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("compare: regina/jetstream=%s regina/ceiling=%s dedup_on/off=%s dup/new=%s",
-		bars[0].value(), bars[1].value(), bars[2].value(), bars[3].value()), nil
+	summary := fmt.Sprintf("compare: regina/jetstream=%s regina/ceiling=%s dedup_on/off=%s dup/new=%s",
+		bars[0].value(), bars[1].value(), bars[2].value(), bars[3].value())
+	if h.queen != nil {
+		summary += " regina/queen=" + queen.value()
+	}
+	return summary, nil
 }
 
 // limitsText says, from the CPU figures, where the time went.
