@@ -8,13 +8,15 @@ import (
 // backoffBase is a connection's first wait after a failure.
 const backoffBase = 50 * time.Millisecond
 
-// Backoff is one connection's wait before its next request after a failure
-// (no answer, a 5xx, or a 2xx carrying an error object): backoffBase after
-// the first, doubling with every consecutive failure up to a cap, each wait
-// drawn uniformly from [d/2, d] so that connections that failed together do
-// not come back in lockstep. An answered push resets it. Without it a
-// broker that is gone turns every worker into a busy loop of refused
-// connections. Not safe for concurrent use: each worker has its own.
+// Backoff is one connection's wait before its next request after a push
+// that got no verdicts (no answer, an error status, a 2xx carrying an error
+// object): backoffBase after the first, doubling with every consecutive
+// failure up to a cap, each wait drawn uniformly from [d/2, d] so that
+// connections that failed together do not come back in lockstep. A push
+// answered with verdicts resets it. Without it a broker that is gone (or
+// that refuses every push: a missing token, a full mailbox) turns every
+// worker into a busy loop of failures. A cap of 0 never waits. Not safe
+// for concurrent use: each worker has its own.
 type Backoff struct {
 	cap  time.Duration
 	next time.Duration

@@ -26,11 +26,14 @@ type Client struct {
 	scheme  string
 	host    string
 	timeout time.Duration
+	// auth is the Authorization header value, "" for none.
+	auth string
 }
 
 // NewClient makes a client for the broker at rawURL holding at most one
-// connection, kept alive between requests.
-func NewClient(rawURL string, timeout time.Duration) (*Client, error) {
+// connection, kept alive between requests. A token is sent on every request
+// as "Authorization: Bearer <token>" (for a broker with JWT auth on).
+func NewClient(rawURL, token string, timeout time.Duration) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("bad -url %q: %w", rawURL, err)
@@ -65,6 +68,7 @@ func NewClient(rawURL string, timeout time.Duration) (*Client, error) {
 		scheme:  u.Scheme,
 		host:    u.Host,
 		timeout: timeout,
+		auth:    bearer(token),
 	}, nil
 }
 
@@ -75,11 +79,21 @@ type PushOutcome = pushanswer.Answer
 func (c *Client) do(method, path string, body []byte, req *fasthttp.Request, resp *fasthttp.Response) error {
 	req.Header.SetMethod(method)
 	req.SetRequestURI(c.scheme + "://" + c.host + path)
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
 	if body != nil {
 		req.Header.SetContentType("application/json")
 		req.SetBodyRaw(body)
 	}
 	return c.hc.DoTimeout(req, resp, c.timeout)
+}
+
+func bearer(token string) string {
+	if token == "" {
+		return ""
+	}
+	return "Bearer " + token
 }
 
 // Push sends one push body holding nItems items and judges the answer.

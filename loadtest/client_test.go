@@ -8,12 +8,12 @@ import (
 
 func TestNewClientURL(t *testing.T) {
 	t.Parallel()
-	c, err := NewClient("http://127.0.0.1", 0)
+	c, err := NewClient("http://127.0.0.1", "", 0)
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:80", c.hc.Addr)
-	_, err = NewClient("ftp://x", 0)
+	_, err = NewClient("ftp://x", "", 0)
 	require.Error(t, err)
-	_, err = NewClient("http://", 0)
+	_, err = NewClient("http://", "", 0)
 	require.Error(t, err)
 }
 

@@ -42,19 +42,22 @@
 //
 // # When the broker is gone
 //
-// After a failure that may be the broker's trouble (no answer at all:
-// connection refused, reset, closed, timed out; a 5xx; a 2xx error object)
-// a connection waits before its next request: 50 ms, doubling with every
-// consecutive failure up to -max-backoff (1 s), each wait drawn from
-// [d/2, d]; an answered push resets it. So a broker that is gone costs a
-// few requests per connection per second, not a busy loop, and the run
-// still ends on time (a wait never outlasts the run) with its report. The
+// After a push that got no verdicts (no answer at all: connection refused,
+// reset, closed, timed out; an error status such as 503 or 401; a 2xx error
+// object) a connection waits before its next request: 50 ms, doubling with
+// every consecutive failure up to -max-backoff (1 s; 0 never waits), each
+// wait drawn from [d/2, d]; a push answered with verdicts resets it. So a
+// broker that is gone (or refuses every push) costs a few requests per
+// connection per second, not a busy loop, and the run still ends on time
+// (a wait never outlasts the run) with its report. Real producers back off
+// too (Queen's Go client waits 1 s, 2 s, 4 s). The
 // report counts the pushes without an answer by kind and lists the outages:
 // stretches from the first push without an answer to the next answer (or
 // the end of the run), i.e. the time the broker was unreachable.
 //
-// -retries resends a push after such a failure, with the same body, after
-// the connection's backoff; no retry starts after the end of the run.
+// -retries resends a push after a retryable failure (no answer, a 5xx, a 2xx
+// error object; not a 4xx), with the same body, after the connection's
+// backoff; no retry starts after the end of the run.
 // Retries are counted separately, and the push's latency includes them. A
 // resend in a duplicate storm is drawn only from pushes whose every item
 // was acknowledged.
@@ -134,4 +137,7 @@
 //
 //	# the same load against an upstream Queen server, to compare
 //	bin/regina-loadtest -url http://127.0.0.1:6640 -queue lt_queen -label queen -json out/queen.json
+//
+//	# a broker with JWT auth on: the token goes out as a bearer token
+//	REGINA_LOADTEST_TOKEN=$(cat token.jwt) bin/regina-loadtest -duration 30s
 package main

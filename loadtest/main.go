@@ -25,6 +25,7 @@ import (
 
 type options struct {
 	url         string
+	token       string
 	queue       string
 	connections int
 	partitions  int
@@ -52,6 +53,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("regina-loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:6632", "broker base URL")
+	fs.StringVar(&o.token, "token", "", "JWT sent as \"Authorization: Bearer <token>\" on every request (a broker with auth on); default $REGINA_LOADTEST_TOKEN")
 	fs.StringVar(&o.queue, "queue", "loadtest", "queue to push to")
 	fs.IntVar(&o.connections, "connections", 16, "concurrent workers, each with its own keep-alive connection")
 	fs.IntVar(&o.partitions, "partitions", 16, "partitions; each push targets one, chosen uniformly")
@@ -65,7 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.dedupWindow, "dedup-window", -1, "configure the queue with this dedupWindowSeconds first (0 = dedup off); -1 = leave the queue alone")
 	fs.BoolVar(&o.reset, "reset", false, "delete the queue before the run")
 	fs.IntVar(&o.retries, "retries", 0, "resend a push after a 5xx, an error body or no answer, up to N times (after the connection's backoff)")
-	fs.DurationVar(&o.maxBackoff, "max-backoff", time.Second, "longest wait of a connection after consecutive failures (no answer, 5xx): 50ms, doubling, up to this")
+	fs.DurationVar(&o.maxBackoff, "max-backoff", time.Second, "longest wait of a connection after consecutive pushes without verdicts (no answer, an error status): 50ms, doubling, up to this; 0 = never wait")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.IntVar(&o.pid, "pid", 0, "broker PID to sample RSS and CPU from; 0 = find it (the listener of -url's port, else a process named regina)")
 	fs.StringVar(&o.jsonPath, "json", "", "write the JSON report to this path (- = stdout)")
@@ -81,6 +83,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.token == "" {
+		o.token = os.Getenv("REGINA_LOADTEST_TOKEN")
 	}
 	switch {
 	case o.connections < 1:
@@ -278,7 +283,7 @@ func (ps *procState) sample(now, warmupEnd time.Time) (rss, cores *float64) {
 }
 
 func execute(o *options, stderr io.Writer) (*Report, error) {
-	admin, err := NewClient(o.url, o.timeout)
+	admin, err := NewClient(o.url, o.token, o.timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +326,7 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 
 	workers := make([]*Client, o.connections)
 	for i := range workers {
-		if workers[i], err = NewClient(o.url, o.timeout); err != nil {
+		if workers[i], err = NewClient(o.url, o.token, o.timeout); err != nil {
 			return nil, err
 		}
 		defer workers[i].Close()
@@ -415,7 +420,7 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 				if !resent && res.Final.Kind == pushanswer.OK && res.Final.Acked() == body.Items {
 					ring.Add(body)
 				}
-				if res.Final.Retryable() {
+				if res.Final.Kind != pushanswer.OK {
 					sched.Pause(bo.Next())
 				} else {
 					bo.Reset()

@@ -231,3 +231,39 @@ func TestRunBrokerVanishesMidRun(t *testing.T) {
 		"the summary line is printed last")
 	require.Contains(t, stdout.String(), "still unreachable at the end")
 }
+
+// A broker with JWT auth on: -token goes out as a bearer token on every
+// request; without it every push is refused with 401, and the connections
+// back off instead of hammering it.
+func TestRunWithToken(t *testing.T) {
+	t.Parallel()
+	q := &fakeQueen{}
+	var refused atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" && r.Header.Get("Authorization") != "Bearer s3cret" {
+			refused.Add(1)
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":"Authentication required"}`)
+			return
+		}
+		q.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+
+	code, rep, stderr := runLoadtest(t, "-url", srv.URL, "-token", "s3cret", "-dedup-window", "60", "-duration", "200ms",
+		"-connections", "2", "-quiet", "-json", filepath.Join(dir, "ok.json"))
+	require.Equal(t, 0, code, stderr)
+	require.Positive(t, rep.Totals.Queued)
+	require.Zero(t, rep.Totals.ErrorItems)
+	require.Zero(t, refused.Load())
+
+	code, rep, stderr = runLoadtest(t, "-url", srv.URL, "-duration", "1s", "-connections", "2", "-max-backoff", "200ms",
+		"-quiet", "-json", filepath.Join(dir, "refused.json"))
+	require.Equal(t, 0, code, stderr)
+	require.Zero(t, rep.Totals.Queued)
+	require.Equal(t, map[int]int64{401: rep.Totals.Pushes}, rep.Totals.HTTPErrors)
+	require.Equal(t, "HTTP 401: Authentication required", rep.Totals.LastError)
+	// As for cut connections: at most 11 attempts per connection in 1 s.
+	require.LessOrEqual(t, refused.Load(), int64(2*11))
+}
