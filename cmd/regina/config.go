@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/regina-mq/regina/internal/auth"
 )
 
 // Config is everything the broker reads at start, from environment variables
@@ -55,6 +57,10 @@ type Config struct {
 	// fromFlag records the settings (by variable) given by a flag, so that
 	// an error names the flag the operator typed.
 	fromFlag map[string]string
+
+	// Auth is the JWT configuration (JWT_* variables; no flags, so that
+	// secrets stay out of process listings).
+	Auth auth.Config
 
 	// dedupCacheBytes, when > 0, replaces DedupCacheMB << 20 as the dedup
 	// cache's budget: tests use it for budgets below 1 MiB.
@@ -271,6 +277,11 @@ func (c Config) WithDefaults() Config {
 		}
 		c.DatabaseURL = pgURL(vals)
 	}
+	if c.Auth.Algorithm == "" {
+		// Not from LoadConfig (auth.FromEnv always names one): auth's
+		// defaults, with auth off unless Enabled says otherwise.
+		c.Auth = c.Auth.WithDefaults()
+	}
 	return c
 }
 
@@ -290,6 +301,9 @@ func (c Config) validate(unreadable map[string]bool) error {
 		if err := s.validate(&c); err != nil {
 			errs = append(errs, fmt.Errorf("invalid %s: %w", c.source(s.env, s.flag), err))
 		}
+	}
+	if err := c.Auth.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("invalid JWT settings: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -347,6 +361,12 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 			unreadable[s.env] = true
 		}
 	}
+	// As for every other variable, empty means unset.
+	ac, err := auth.FromEnv(func(k string) (string, bool) { v := getenv(k); return v, v != "" })
+	if err != nil {
+		errs = append(errs, fmt.Errorf("invalid JWT settings: %w", err))
+	}
+	c.Auth = ac
 	if c.DatabaseURL == "" {
 		vals := make(map[string]string)
 		for _, p := range pgVars {

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/regina-mq/regina/internal/auth"
 )
 
 // configTestEnv is a fake environment: LoadConfig never sees the real one.
@@ -49,6 +52,9 @@ func TestLoadConfigDefaults(t *testing.T) {
 		ShutdownTimeout:    30 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "auto",
+		Auth: auth.Config{Algorithm: auth.Auto, ClockSkew: auth.DefaultClockSkew, SkipPaths: auth.DefaultSkipPaths,
+			JWKSRefreshInterval: auth.DefaultJWKSRefreshInterval, JWKSTimeout: auth.DefaultJWKSTimeout,
+			JWKSMinRefresh: auth.DefaultJWKSMinRefresh},
 	}, c)
 	require.Equal(t, "0.0.0.0:6632", c.Addr())
 }
@@ -379,4 +385,50 @@ func TestConfigValidate(t *testing.T) {
 		require.Contains(t, err.Error(), want)
 	}
 	require.NotContains(t, err.Error(), "flag -")
+}
+
+func TestLoadConfigAuth(t *testing.T) {
+	t.Parallel()
+	c, err := configTestLoad(t, nil, map[string]string{"JWT_ENABLED": "true", "JWT_SECRET": "s", "JWT_CLOCK_SKEW": "7"})
+	require.NoError(t, err)
+	require.True(t, c.Auth.Enabled)
+	require.Equal(t, []byte("s"), c.Auth.Secret)
+	require.Equal(t, 7*time.Second, c.Auth.ClockSkew)
+	require.Equal(t, auth.DefaultSkipPaths, c.Auth.SkipPaths, "empty JWT_SKIP_PATHS means unset, like every variable")
+
+	_, err = configTestLoad(t, nil, map[string]string{"JWT_ENABLED": "maybe"})
+	require.ErrorContains(t, err, "JWT_ENABLED")
+	_, err = configTestLoad(t, nil, map[string]string{"JWT_ALGORITHM": "none"})
+	require.ErrorContains(t, err, "JWT_ALGORITHM")
+	// Reported with every other problem, at once.
+	_, err = configTestLoad(t, nil, map[string]string{"JWT_ENABLED": "true", "JWT_ALGORITHM": "RS256", "PORT": "70000"})
+	require.ErrorContains(t, err, "JWT_ALGORITHM=RS256 needs JWT_PUBLIC_KEY or JWT_JWKS_URL")
+	require.ErrorContains(t, err, "invalid PORT")
+}
+
+func TestLogAuth(t *testing.T) {
+	t.Parallel()
+	logged := func(host string, cfg auth.Config) string {
+		a, err := auth.New(cfg, auth.Options{})
+		require.NoError(t, err)
+		defer a.Close()
+		var buf bytes.Buffer
+		logAuth(zerolog.New(&buf), host, cfg, a)
+		return buf.String()
+	}
+	for _, host := range []string{"127.0.0.1", "::1", "[::1]", "localhost", "127.0.0.2"} {
+		out := logged(host, auth.Config{})
+		require.Contains(t, out, `"auth":false`, host)
+		require.NotContains(t, out, `"level":"warn"`, host)
+	}
+	for _, host := range []string{"0.0.0.0", "::", "", "10.0.0.5", "broker.internal"} {
+		out := logged(host, auth.Config{})
+		require.Contains(t, out, `"level":"warn"`, host)
+		require.Contains(t, out, "HOST is not a loopback address", host)
+	}
+	out := logged("0.0.0.0", auth.Config{Enabled: true, Algorithm: auth.HS256, Secret: []byte("0123456789abcdef0123456789abcdef"),
+		SkipPaths: auth.DefaultSkipPaths})
+	require.Contains(t, out, `"auth":true`)
+	require.Contains(t, out, `"algorithms":["HS256"]`)
+	require.NotContains(t, out, `"level":"warn"`)
 }

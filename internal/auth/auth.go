@@ -93,9 +93,10 @@ type Options struct {
 	Now func() time.Time
 }
 
-// New validates cfg and returns its Authenticator. With cfg.Enabled false
-// it only remembers that auth is off. Every setting that cannot be
-// honoured is an error naming its variable. A JWKS endpoint is fetched at
+// New validates cfg (see Validate) and returns its Authenticator. With
+// cfg.Enabled false it only remembers that auth is off. Zero settings are
+// taken as given, not defaulted: use WithDefaults for a Config built in
+// code. A JWKS endpoint is fetched at
 // once; when that fails New still succeeds (logging a warning) and tokens
 // needing its keys are refused until a later fetch works.
 func New(cfg Config, opt Options) (*Authenticator, error) {
@@ -103,25 +104,11 @@ func New(cfg Config, opt Options) (*Authenticator, error) {
 	if !cfg.Enabled {
 		return a, nil
 	}
-	if cfg.JWKSTimeout <= 0 {
-		cfg.JWKSTimeout = DefaultJWKSTimeout
-	}
-	if cfg.JWKSRefreshInterval <= 0 {
-		cfg.JWKSRefreshInterval = DefaultJWKSRefreshInterval
-	}
-	if err := cfg.check(); err != nil {
+	key, alg, err := cfg.validate()
+	if err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
-	if cfg.PublicKey != "" {
-		key, alg, err := parsePublicKey(cfg.PublicKey)
-		if err != nil {
-			return nil, fmt.Errorf("auth: %w", err)
-		}
-		if cfg.Algorithm != Auto && cfg.Algorithm != alg {
-			return nil, fmt.Errorf("auth: JWT_ALGORITHM=%s but JWT_PUBLIC_KEY is a key for %s", cfg.Algorithm, alg)
-		}
-		a.static, a.staticA = key, alg
-	}
+	a.static, a.staticA = key, alg
 	a.secret = cfg.Secret
 	if n := len(cfg.Secret); n > 0 && n < minSecretBytes {
 		opt.Logger.Warn().Int("bytes", n).

@@ -235,3 +235,58 @@ func (c Config) check() error {
 	}
 	return errors.Join(errs...)
 }
+
+// WithDefaults fills every zero setting with its default (for a Config
+// built in code; FromEnv's result is complete). A zero ClockSkew becomes
+// the default too.
+func (c Config) WithDefaults() Config {
+	if c.Algorithm == "" {
+		c.Algorithm = Auto
+	}
+	if c.ClockSkew == 0 {
+		c.ClockSkew = DefaultClockSkew
+	}
+	if c.SkipPaths == nil {
+		c.SkipPaths = append([]string(nil), DefaultSkipPaths...)
+	}
+	if c.JWKSRefreshInterval == 0 {
+		c.JWKSRefreshInterval = DefaultJWKSRefreshInterval
+	}
+	if c.JWKSTimeout == 0 {
+		c.JWKSTimeout = DefaultJWKSTimeout
+	}
+	if c.JWKSMinRefresh == 0 {
+		c.JWKSMinRefresh = DefaultJWKSMinRefresh
+	}
+	return c
+}
+
+// Validate reports every setting of an enabled configuration that cannot
+// be honoured, each naming its variable (nil when auth is off). New runs
+// it too.
+func (c Config) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	_, _, err := c.validate()
+	return err
+}
+
+// validate checks the settings and parses JWT_PUBLIC_KEY, returning the key
+// and the algorithm it serves (nil, "" when unset).
+func (c Config) validate() (any, string, error) {
+	if err := c.check(); err != nil {
+		return nil, "", err
+	}
+	if c.PublicKey == "" {
+		return nil, "", nil
+	}
+	key, alg, err := parsePublicKey(c.PublicKey)
+	if err != nil {
+		return nil, "", err
+	}
+	if c.Algorithm != Auto && c.Algorithm != alg {
+		return nil, "", fmt.Errorf("JWT_ALGORITHM=%s but JWT_PUBLIC_KEY is a key for %s", c.Algorithm, alg)
+	}
+	return key, alg, nil
+}

@@ -186,3 +186,15 @@ func TestLevels(t *testing.T) {
 	_, ok := ParseLevel("Admin")
 	require.False(t, ok, "role names are exact")
 }
+
+func TestWithDefaultsAndValidate(t *testing.T) {
+	t.Parallel()
+	fromEnv, err := FromEnv(envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, fromEnv, Config{}.WithDefaults(), "a Config built in code gets FromEnv's defaults")
+	require.NoError(t, Config{Algorithm: "junk"}.Validate(), "auth off: nothing to honour")
+	require.ErrorContains(t, Config{Enabled: true, Algorithm: Auto}.WithDefaults().Validate(), "needs a key")
+	require.ErrorContains(t, Config{Enabled: true, Algorithm: RS256, JWKSURL: "https://idp/jwks"}.Validate(),
+		"JWT_JWKS_TIMEOUT must be positive", "zero is taken as given, never defaulted silently")
+	require.NoError(t, Config{Enabled: true, Secret: []byte("s")}.WithDefaults().Validate())
+}

@@ -95,6 +95,7 @@ func jwksAuth(t *testing.T, url string, cfg Config) *Authenticator {
 	if cfg.JWKSTimeout == 0 {
 		cfg.JWKSTimeout = 2 * time.Second
 	}
+	cfg.JWKSRefreshInterval = DefaultJWKSRefreshInterval
 	return newAuth(t, cfg)
 }
 

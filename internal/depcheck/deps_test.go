@@ -20,8 +20,8 @@ var allowed = map[string][]string{
 	"sqlstore":              {"partition", "reginatype"},
 	"sqlstore/sqlstoretest": {"sqlstore"},
 	"actor":                 {"partition", "reginatype", "cache", "metrics"},
-	"wire":                  {"partition", "reginatype", "metrics"},
-	"cmd/regina":            {"actor", "cache", "metrics", "reginatype", "sqlstore", "wire"},
+	"wire":                  {"partition", "reginatype", "metrics", "internal/auth"},
+	"cmd/regina":            {"actor", "cache", "metrics", "reginatype", "sqlstore", "wire", "internal/auth"},
 	"bench":                 {},
 	"bench/compare":         {"partition", "reginatype", "sqlstore", "internal/chart", "internal/procstat", "internal/pushanswer"},
 	// The load generator is an outside client: nothing of ours.
