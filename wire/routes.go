@@ -17,7 +17,9 @@ type Role string
 
 // The access levels, from none to all.
 const (
-	// RolePublic routes need no token (health and metrics).
+	// RolePublic routes need no token while their path is in
+	// JWT_SKIP_PATHS, as it is by default (health and metrics); taken out
+	// of it, they need a read-only token.
 	RolePublic Role = "public"
 	// RoleReadOnly routes read and change nothing.
 	RoleReadOnly Role = "read-only"

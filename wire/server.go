@@ -12,12 +12,18 @@ import (
 	"github.com/segmentio/encoding/json"
 	"github.com/valyala/fasthttp"
 
+	"github.com/regina-mq/regina/internal/auth"
 	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/reginatype"
 )
 
 // Version is reported by /health.
 const Version = "0.1.0"
+
+// MaxHeaderBytes bounds a request's line and headers together (fasthttp's
+// read buffer, allocated per connection): room for a bearer token of
+// auth.MaxTokenBytes and the usual headers. Larger requests get 431.
+const MaxHeaderBytes = 32 << 10
 
 // Config configures the HTTP server.
 type Config struct {
@@ -35,6 +41,9 @@ type Config struct {
 	// its Snapshot feeds the JSON views (/metrics, /api/v1/status). nil: a
 	// private one without a snapshot source.
 	Metrics *metrics.Metrics
+	// Auth checks every routed request against its route's Role; nil (or
+	// an Authenticator with auth off) serves every route to anyone.
+	Auth *auth.Authenticator
 }
 
 // Server serves the Queen HTTP API.
@@ -69,6 +78,7 @@ func New(b Backend, cfg Config) *Server {
 		Handler:                       s.instrumented,
 		Name:                          "regina",
 		MaxRequestBodySize:            cfg.MaxBodyBytes,
+		ReadBufferSize:                MaxHeaderBytes,
 		ReadTimeout:                   cfg.ReadTimeout,
 		IdleTimeout:                   cfg.IdleTimeout,
 		DisableHeaderNamesNormalizing: false,
@@ -100,6 +110,11 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "Request body exceeds the limit of "+itoa(s.cfg.MaxBodyBytes)+" bytes")
 		return
 	}
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "Request headers exceed the limit of "+itoa(MaxHeaderBytes)+" bytes")
+		return
+	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
 		writeError(ctx, fasthttp.StatusRequestTimeout, "Request timeout")
@@ -117,7 +132,8 @@ func setCORS(ctx *fasthttp.RequestCtx) {
 
 // Handle routes one request through the route table: OPTIONS on any path
 // is the CORS preflight (204); a path no route matches is 404; a path whose
-// routes all want another method is 405 with Allow.
+// routes all want another method is 405 with Allow; a matched route runs
+// only when the request passes its Role (authorize).
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	setCORS(ctx)
 	if ctx.IsOptions() {
@@ -127,7 +143,9 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	r, params, candidates := route(string(ctx.Method()), requestPath(ctx))
 	switch {
 	case r != nil:
-		r.handle(s, ctx, params)
+		if s.authorize(ctx, r) {
+			r.handle(s, ctx, params)
+		}
 	case len(candidates) > 0:
 		allow := make([]string, 0, len(candidates)+1)
 		for _, c := range candidates {

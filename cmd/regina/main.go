@@ -25,6 +25,7 @@ import (
 
 	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/cache"
+	"github.com/regina-mq/regina/internal/auth"
 	brokermetrics "github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/wire"
@@ -74,6 +75,15 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// Auth before anything is opened (Validate has checked its settings;
+	// New may still fail to start a JWKS cache).
+	authn, err := auth.New(cfg.Auth, auth.Options{Logger: log.With().Str("component", "auth").Logger()})
+	if err != nil {
+		return fmt.Errorf("JWT settings: %w", err)
+	}
+	defer authn.Close()
+	logAuth(log, cfg.Host, cfg.Auth, authn)
+
 	// One Prometheus registry per broker (GET /metrics/prometheus).
 	met := brokermetrics.New(brokermetrics.Config{})
 	openCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -119,7 +129,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
 		Acker: store, Admin: store, Groups: store, Pinger: store,
 	}, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
-		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met})
+		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn})
 
 	if cfg.PprofAddr != "" {
 		pln, err := net.Listen("tcp", cfg.PprofAddr)
