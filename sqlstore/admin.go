@@ -225,31 +225,9 @@ func (s *Store) GetMessage(ctx context.Context, partitionID partition.UUID, txID
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			ok = false
-			h := partition.HashTxID(txID)
-			// As in the ack's resolution: the GIN index, never a scan.
-			if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+			off, found, err := s.newestOffset(ctx, tx, partitionID, txID)
+			if err != nil || !found {
 				return err
-			}
-			rows, err := tx.Query(ctx, s.sql.resolveOffsets, [16]byte(partitionID), [][]byte{h[:]})
-			if err != nil {
-				return err
-			}
-			off := int64(-1)
-			for rows.Next() {
-				var k int32
-				var o int64
-				if err := rows.Scan(&k, &o); err != nil {
-					rows.Close()
-					return err
-				}
-				off = max(off, o)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			if off < 0 {
-				return nil
 			}
 			var (
 				first, cursor, leaseTo int64
@@ -282,4 +260,30 @@ func (s *Store) GetMessage(ctx context.Context, partitionID partition.UUID, txID
 		return m, false, fmt.Errorf("get message: %w", classify(err))
 	}
 	return m, ok, nil
+}
+
+// newestOffset resolves a transaction id to the offset of its newest copy in
+// the partition's hash sidecar (found is false when the sidecar does not know
+// it). It switches sequential scans off for the rest of tx: as the ack's
+// resolution, the lookup must go through the GIN index.
+func (s *Store) newestOffset(ctx context.Context, tx pgx.Tx, partitionID partition.UUID, txID string) (off int64, found bool, err error) {
+	h := partition.HashTxID(txID)
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		return 0, false, err
+	}
+	rows, err := tx.Query(ctx, s.sql.resolveOffsets, [16]byte(partitionID), [][]byte{h[:]})
+	if err != nil {
+		return 0, false, err
+	}
+	defer rows.Close()
+	off = -1
+	for rows.Next() {
+		var k int32
+		var o int64
+		if err := rows.Scan(&k, &o); err != nil {
+			return 0, false, err
+		}
+		off = max(off, o)
+	}
+	return off, off >= 0, rows.Err()
 }

@@ -31,6 +31,7 @@ type queries struct {
 	lockPartition, takeDLQ, replayInsert, liveLeases                                                string
 	countDLQ, listDLQ, deleteGroupCursors, deleteGroupMeta, seekTargetsExist, seek, setSubscription string
 	admin                                                                                           adminQueries
+	traces                                                                                          traceQueries
 }
 
 const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl, priority,
@@ -130,6 +131,7 @@ func newQueries(schema string) queries {
 	}
 	q.consumerQueries()
 	q.admin = newAdminQueries(schema)
+	q.traces = newTraceQueries(schema)
 	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,

@@ -54,7 +54,8 @@ func (s *Store) DeleteQueue(ctx context.Context, queue string) (existed bool, pa
 		for _, id := range ids {
 			partitions = append(partitions, id)
 		}
-		for _, q := range []string{s.sql.deleteSegments, s.sql.deleteLogTxns, s.sql.deleteConsumers, s.sql.deleteDLQ} {
+		for _, q := range []string{s.sql.deleteSegments, s.sql.deleteLogTxns, s.sql.deleteConsumers, s.sql.deleteDLQ,
+			s.sql.traces.deleteOf} {
 			if _, err := tx.Exec(ctx, q, ids); err != nil {
 				return err
 			}

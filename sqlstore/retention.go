@@ -14,6 +14,8 @@ type RetentionStats struct {
 	Partitions int
 	LogTxns    int64
 	Segments   int64
+	// Traces counts the trace events of removed messages.
+	Traces int64
 }
 
 type retentionTarget struct {
@@ -73,6 +75,13 @@ func (s *Store) RetainOnce(ctx context.Context, batchSize int) (st RetentionStat
 			st.Segments += n
 			if err != nil {
 				return st, fmt.Errorf("retention %s/%s: consumed segments: %w", t.queue, t.part, err)
+			}
+		}
+		if t.segmentRetentionSe > 0 || t.completedSeconds > 0 {
+			n, err := s.sweepTraces(ctx, t.id)
+			st.Traces += n
+			if err != nil {
+				return st, fmt.Errorf("retention %s/%s: traces: %w", t.queue, t.part, err)
 			}
 		}
 	}

@@ -67,6 +67,16 @@ type Groups interface {
 	SetSubscription(ctx context.Context, group string, at time.Time) (int64, error)
 }
 
+// Tracer records and reads trace events (see sqlstore.Store.AddTrace).
+type Tracer interface {
+	// AddTrace fills ev's Offset and CreatedAt; found is false when the
+	// message is not stored.
+	AddTrace(ctx context.Context, ev *reginatype.TraceEvent) (found bool, err error)
+	Traces(ctx context.Context, partitionID partition.UUID, txID string) ([]reginatype.TraceEvent, error)
+	TracesByName(ctx context.Context, name string, limit, offset int) ([]reginatype.TraceEvent, int64, error)
+	TraceNames(ctx context.Context, limit, offset int) ([]reginatype.TraceName, int64, error)
+}
+
 // Pinger checks the database.
 type Pinger interface {
 	Ping(ctx context.Context) error
@@ -82,6 +92,7 @@ type Backend struct {
 	QueueDeleter QueueDeleter
 	Admin        Admin
 	Groups       Groups
+	Traces       Tracer
 	Pinger       Pinger
 }
 
@@ -94,7 +105,7 @@ func (b *Backend) mustBeComplete() {
 		{"Pusher", b.Pusher == nil}, {"Popper", b.Popper == nil}, {"Acker", b.Acker == nil},
 		{"Transactor", b.Transactor == nil}, {"Replayer", b.Replayer == nil},
 		{"QueueDeleter", b.QueueDeleter == nil}, {"Admin", b.Admin == nil}, {"Groups", b.Groups == nil},
-		{"Pinger", b.Pinger == nil},
+		{"Traces", b.Traces == nil}, {"Pinger", b.Pinger == nil},
 	} {
 		if f.nil {
 			panic("wire.New: Backend." + f.name + " is nil")

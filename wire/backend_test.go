@@ -12,6 +12,7 @@ type nilBackend struct {
 	QueueDeleter
 	Admin
 	Groups
+	Tracer
 	Pinger
 }
 
@@ -19,5 +20,5 @@ type nilBackend struct {
 func newNilBackend() Backend {
 	n := nilBackend{}
 	return Backend{Pusher: n, Popper: n, Acker: n, Transactor: n, Replayer: n, QueueDeleter: n, Admin: n,
-		Groups: n, Pinger: n}
+		Groups: n, Traces: n, Pinger: n}
 }

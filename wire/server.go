@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -37,6 +38,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Logger receives the server's logs.
 	Logger zerolog.Logger
+	// Instance names this broker where the API reports who recorded
+	// something (a trace event's worker_id, the analytics' replicas);
+	// default: the host name.
+	Instance string
 	// Metrics receives the HTTP metrics and is served at /metrics/prometheus;
 	// its Snapshot feeds the JSON views (/metrics, /api/v1/status). nil: a
 	// private one without a snapshot source.
@@ -54,6 +59,8 @@ type Server struct {
 	srv     *fasthttp.Server
 	started time.Time
 	metrics *metrics.Metrics
+	// instance is Config.Instance.
+	instance string
 }
 
 // New returns a server calling b. It panics when a field of b is nil (a
@@ -69,11 +76,14 @@ func New(b Backend, cfg Config) *Server {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 120 * time.Second
 	}
+	if cfg.Instance == "" {
+		cfg.Instance, _ = os.Hostname()
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(metrics.Config{})
 	}
 	s := &Server{b: b, cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now(),
-		metrics: cfg.Metrics}
+		metrics: cfg.Metrics, instance: cfg.Instance}
 	s.srv = &fasthttp.Server{
 		Handler:                       s.instrumented,
 		Name:                          "regina",

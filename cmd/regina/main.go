@@ -17,6 +17,7 @@ import (
 	_ "net/http/pprof" // served only when PPROF_ADDR is set
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -125,11 +126,17 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	// consumers, a deleted queue leaves the cache) through reg.Link; the
 	// rest straight to the store.
 	linked := reg.Link(store)
+	ln, err := net.Listen("tcp", cfg.Addr())
+	if err != nil {
+		return fmt.Errorf("listen on %s (HOST/PORT): %w", cfg.Addr(), err)
+	}
+	defer ln.Close()
+	instance := instanceName(ln.Addr())
 	srv := wire.New(wire.Backend{
 		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
-		Acker: store, Admin: store, Groups: store, Pinger: store,
+		Acker: store, Admin: store, Groups: store, Traces: store, Pinger: store,
 	}, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
-		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn})
+		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance})
 
 	if cfg.PprofAddr != "" {
 		pln, err := net.Listen("tcp", cfg.PprofAddr)
@@ -142,10 +149,6 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		log.Info().Str("addr", pln.Addr().String()).Msg("pprof serving")
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr())
-	if err != nil {
-		return fmt.Errorf("listen on %s (HOST/PORT): %w", cfg.Addr(), err)
-	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -186,4 +189,17 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	<-retDone
 	log.Info().Msg("regina stopped")
 	return runErr
+}
+
+// instanceName names this broker in what it records (trace events, the
+// analytics' replicas): the host name and the port it serves on.
+func instanceName(addr net.Addr) string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		return net.JoinHostPort(host, strconv.Itoa(ta.Port))
+	}
+	return host
 }
