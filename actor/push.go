@@ -475,7 +475,7 @@ func (a *actor) buildBatch(reqs []*request) {
 				id := partition.NewV7()
 				s.results[idx] = reginatype.PushVerdict{Status: partition.StatusQueued, MessageID: id}
 				body := partition.Body{CreatedAt: now, TransactionID: it.TransactionID, TraceID: it.TraceID,
-					HasTrace: it.HasTrace, Payload: it.Payload}
+					HasTrace: it.HasTrace, Payload: it.Payload, ProducerSub: it.ProducerSub}
 				h := partition.HashTxID(it.TransactionID)
 				s.hashes = append(s.hashes, h)
 				b.Add(h, id, &body)

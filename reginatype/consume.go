@@ -115,8 +115,11 @@ type DeadLetter struct {
 	ErrorMessage  string
 	RetryCount    int
 	Payload       []byte
-	CreatedAt     time.Time
-	FailedAt      time.Time
+	// ProducerSub is the subject of the producer of the message, "" when
+	// it was pushed without authentication.
+	ProducerSub string
+	CreatedAt   time.Time
+	FailedAt    time.Time
 }
 
 // Replayed describes one message replayed out of the DLQ.

@@ -85,6 +85,9 @@ type PushItem struct {
 	HasTrace      bool
 	// Payload is the raw JSON value as received.
 	Payload []byte
+	// ProducerSub is the authenticated producer's subject (the token's
+	// sub), "" when auth is off; never taken from the request body.
+	ProducerSub string
 }
 
 // PushVerdict is the answer for one pushed item.

@@ -14,6 +14,8 @@ type TxnPush struct {
 	TraceID          partition.UUID
 	HasTrace         bool
 	Payload          []byte
+	// ProducerSub is the authenticated producer's subject, as for PushItem.
+	ProducerSub string
 	// Index is the item's position among the transaction's flattened operations.
 	Index int
 }

@@ -77,8 +77,8 @@ func (q *queries) consumerQueries() {
 	q.segmentAt = `SELECT first_offset, frame_count, frames FROM queen.segments
 		 WHERE partition_id = $1 AND first_offset <= $2 ORDER BY first_offset DESC LIMIT 1`
 	q.insertDLQ = `INSERT INTO queen.dlq (partition_id, consumer_group, msg_offset, message_id, transaction_id,
-		       trace_id, payload, created_at, error_message, retry_count)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		       trace_id, payload, created_at, error_message, retry_count, producer_sub)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		ON CONFLICT (partition_id, consumer_group, msg_offset) DO UPDATE
 		   SET error_message = EXCLUDED.error_message, retry_count = EXCLUDED.retry_count, failed_at = now()`
 	q.extendLease = `WITH upd AS (
@@ -98,7 +98,7 @@ func (q *queries) consumerQueries() {
 		   AND ($4::timestamptz IS NULL OR d.failed_at >= $4) AND ($5::timestamptz IS NULL OR d.failed_at <= $5)`
 	q.countDLQ = `SELECT count(*)` + dlqWhere
 	q.listDLQ = `SELECT d.message_id, d.transaction_id, d.trace_id, d.partition_id, q.name, p.name, d.consumer_group,
-		       d.error_message, d.retry_count, d.payload, d.created_at, d.failed_at` + dlqWhere + `
+		       d.error_message, d.retry_count, d.payload, d.producer_sub, d.created_at, d.failed_at` + dlqWhere + `
 		 ORDER BY d.failed_at DESC, d.msg_offset DESC LIMIT $6 OFFSET $7`
 	q.deleteGroupCursors = `DELETE FROM queen.consumers c WHERE c.consumer_group = $1
 		   AND ($2::text IS NULL OR c.partition_id IN (SELECT p.id FROM queen.partitions p
@@ -122,7 +122,7 @@ func (q *queries) consumerQueries() {
 	// same message, which is replayed once.
 	q.takeDLQ = `DELETE FROM queen.dlq WHERE partition_id = $1 AND transaction_id = $2
 		   AND ($3::text IS NULL OR consumer_group = $3)
-		RETURNING msg_offset, payload, trace_id`
+		RETURNING msg_offset, payload, trace_id, producer_sub`
 	q.replayInsert = `WITH seg AS (
 			INSERT INTO queen.segments (partition_id, first_offset, frame_count, frames) VALUES ($1, $2, 1, $3)),
 		hashes AS (

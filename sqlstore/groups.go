@@ -37,13 +37,17 @@ func (s *Store) ListDLQ(ctx context.Context, f reginatype.DLQFilter) ([]reginaty
 	for rows.Next() {
 		var d reginatype.DeadLetter
 		var trace *[16]byte
+		var sub *string
 		if err := rows.Scan((*uuidScanner)(&d.MessageID), &d.TransactionID, &trace, (*uuidScanner)(&d.PartitionID),
-			&d.Queue, &d.Partition, &d.Group, &d.ErrorMessage, &d.RetryCount, &d.Payload, &d.CreatedAt, &d.FailedAt); err != nil {
+			&d.Queue, &d.Partition, &d.Group, &d.ErrorMessage, &d.RetryCount, &d.Payload, &sub, &d.CreatedAt, &d.FailedAt); err != nil {
 			return nil, 0, fmt.Errorf("list dlq: %w", classify(err))
 		}
 		if trace != nil {
 			u := partition.UUID(*trace)
 			d.TraceID = &u
+		}
+		if sub != nil {
+			d.ProducerSub = *sub
 		}
 		out = append(out, d)
 	}

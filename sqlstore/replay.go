@@ -44,13 +44,14 @@ func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID,
 		type letter struct {
 			payload []byte
 			trace   *[16]byte
+			sub     *string
 		}
 		var letters []letter
 		seen := make(map[int64]bool)
 		for rows.Next() {
 			var l letter
 			var off int64
-			if err := rows.Scan(&off, &l.payload, &l.trace); err != nil {
+			if err := rows.Scan(&off, &l.payload, &l.trace, &l.sub); err != nil {
 				rows.Close()
 				return err
 			}
@@ -73,6 +74,9 @@ func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID,
 				CreatedAt: now, TransactionID: txID, Payload: l.payload}}
 			if l.trace != nil {
 				f.TraceID, f.HasTrace = *l.trace, true
+			}
+			if l.sub != nil {
+				f.ProducerSub = *l.sub
 			}
 			if _, err := tx.Exec(ctx, s.sql.replayInsert, pid, next, partition.EncodeSegment([]partition.Frame{f}),
 				[][]byte{h[:]}); err != nil {

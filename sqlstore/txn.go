@@ -129,7 +129,8 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 			p := &pushes[g.items[k]]
 			msgIDs[k] = partition.NewV7()
 			b.Add(partition.HashTxID(p.TransactionID), msgIDs[k], &partition.Body{CreatedAt: now,
-				TransactionID: p.TransactionID, TraceID: p.TraceID, HasTrace: p.HasTrace, Payload: p.Payload})
+				TransactionID: p.TransactionID, TraceID: p.TraceID, HasTrace: p.HasTrace, Payload: p.Payload,
+				ProducerSub: p.ProducerSub})
 		}
 		var (
 			status  string

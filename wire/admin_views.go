@@ -385,6 +385,7 @@ type messageView struct {
 	Offset        int64           `json:"offset"`
 	TraceID       *string         `json:"traceId"`
 	Data          json.RawMessage `json:"data"`
+	ProducerSub   *string         `json:"producerSub"`
 	CreatedAt     string          `json:"createdAt"`
 }
 
@@ -398,6 +399,9 @@ func newMessageView(m *reginatype.StoredMessage) messageView {
 	}
 	if m.HasTrace {
 		v.TraceID = strPtr(m.TraceID.String())
+	}
+	if m.ProducerSub != "" {
+		v.ProducerSub = strPtr(m.ProducerSub)
 	}
 	return v
 }

@@ -47,6 +47,15 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, r *Route) bool {
 	return true
 }
 
+// appendSub appends a producerSub value: the JSON string, or null when
+// the message was pushed without authentication.
+func appendSub(b []byte, sub string) []byte {
+	if sub == "" {
+		return append(b, "null"...)
+	}
+	return appendString(b, sub)
+}
+
 // producerSub is the subject stamped on the messages a request pushes: the
 // verified token's sub, "" when auth is off (or the path is skipped).
 func producerSub(ctx *fasthttp.RequestCtx) string {

@@ -168,7 +168,8 @@ func truncate(s string, n int) string {
 
 // groupPush splits items by (queue, partition), keeping each group's items in
 // request order, and returns the groups and, per item, its group and position.
-func groupPush(items []PushItem) ([]*reginatype.PushGroup, []itemRef) {
+// Every item carries sub, the authenticated producer's subject.
+func groupPush(items []PushItem, sub string) ([]*reginatype.PushGroup, []itemRef) {
 	refs := make([]itemRef, len(items))
 	var groups []*reginatype.PushGroup
 	index := make(map[[2]string]int, 1)
@@ -184,7 +185,7 @@ func groupPush(items []PushItem) ([]*reginatype.PushGroup, []itemRef) {
 		g := groups[gi]
 		refs[i] = itemRef{group: gi, pos: len(g.Items)}
 		g.Items = append(g.Items, reginatype.PushItem{TransactionID: it.TransactionID, TraceID: it.TraceID,
-			HasTrace: it.HasTrace, Payload: it.Payload})
+			HasTrace: it.HasTrace, Payload: it.Payload, ProducerSub: sub})
 	}
 	return groups, refs
 }

@@ -23,7 +23,8 @@ func (s *Server) handlePush(ctx *fasthttp.RequestCtx) {
 		writeRaw(ctx, fasthttp.StatusCreated, []byte("[]"))
 		return
 	}
-	groups, refs := groupPush(items)
+	// A producerSub in the body is never read: the token's sub is stamped.
+	groups, refs := groupPush(items, producerSub(ctx))
 	// fasthttp's RequestCtx is done only when the server shuts down, and
 	// shutdown must answer every push already waiting with its verdict (the
 	// actors drain their mailboxes): the wait must not end with it.

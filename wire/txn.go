@@ -147,6 +147,11 @@ func (s *Server) handleTransaction(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
+	if sub := producerSub(ctx); sub != "" {
+		for i := range req.Pushes {
+			req.Pushes[i].ProducerSub = sub
+		}
+	}
 	id := partition.NewV7().String()
 	res, err := s.b.Transactor.Transaction(ctx, req.Pushes, req.Acks, req.Leases)
 	var dup *reginatype.DuplicateError

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/internal/auth"
+	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/wire"
 )
 
@@ -481,4 +482,124 @@ func TestAuthJWKSThroughTheBroker(t *testing.T) {
 	up <- true
 	status, body, _ = push(kid(authOther, "k2"), "c")
 	require.Equal(t, http.StatusCreated, status, "new key once the JWKS is back: %s", body)
+}
+
+// storedSubs decodes every stored frame of a queue and returns its
+// producer subjects by transaction id.
+func (d *db) storedSubs(t *testing.T, queue string) map[string]string {
+	t.Helper()
+	rows, err := d.pool.Query(t.Context(), d.q(`SELECT s.frames, s.frame_count FROM queen.segments s
+		JOIN queen.partitions p ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1`), queue)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var seg []byte
+		var n int
+		require.NoError(t, rows.Scan(&seg, &n))
+		frames, err := partition.DecodeSegment(seg, n)
+		require.NoError(t, err)
+		for _, f := range frames {
+			out[f.TransactionID] = f.ProducerSub
+		}
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// subsOf reads producerSub from a JSON list of messages (nil for null).
+func subsOf(t *testing.T, body []byte, key string) map[string]*string {
+	t.Helper()
+	var v map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(body, &v), "%s", body)
+	var ms []struct {
+		TransactionID string  `json:"transactionId"`
+		ProducerSub   *string `json:"producerSub"`
+	}
+	require.NoError(t, json.Unmarshal(v[key], &ms), "%s", body)
+	out := map[string]*string{}
+	for _, m := range ms {
+		out[m.TransactionID] = m.ProducerSub
+	}
+	return out
+}
+
+// TestAuthProducerIdentity: with auth on, push and transaction stamp the
+// token's sub on every message (stored in the segment frame), a
+// producerSub in the body is ignored, and pop, the DLQ, a replay and the
+// message reads return it. With auth off it is null everywhere.
+func TestAuthProducerIdentity(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("auth=%v", on), func(t *testing.T) {
+			t.Parallel()
+			var b *testBroker
+			bearer, want := "", (*string)(nil)
+			if on {
+				b = startAuthBroker(t, nil)
+				bearer = "Bearer " + hsToken(t, "billing-svc", "admin")
+				s := "billing-svc"
+				want = &s
+			} else {
+				b = startBroker(t, "", nil)
+			}
+			d := newDB(t, b.Schema)
+			call := func(method, path string, body any) []byte {
+				t.Helper()
+				status, out, _ := doAuth(t, method, b.URL+path, bearer, body)
+				require.Less(t, status, 300, "%s %s: %s", method, path, out)
+				return out
+			}
+			call("POST", "/api/v1/push", map[string]any{"items": []item{
+				{"queue": "ids", "transactionId": "plain", "payload": 1},
+				{"queue": "ids", "transactionId": "forged", "payload": 2, "producerSub": "someone-else"},
+			}})
+			call("POST", "/api/v1/transaction", map[string]any{"operations": []map[string]any{
+				{"type": "push", "items": []item{{"queue": "ids", "transactionId": "in-txn", "payload": 3, "producerSub": "x"}}}}})
+
+			wantStored := map[string]string{"plain": "", "forged": "", "in-txn": ""}
+			if on {
+				wantStored = map[string]string{"plain": "billing-svc", "forged": "billing-svc", "in-txn": "billing-svc"}
+			}
+			require.Equal(t, wantStored, d.storedSubs(t, "ids"), "the segment frames carry the token's sub, never the body's")
+
+			popped := call("GET", "/api/v1/pop/queue/ids?batch=10", nil)
+			got := subsOf(t, popped, "messages")
+			require.Len(t, got, 3)
+			for tx, sub := range got {
+				require.Equal(t, want, sub, "pop %s", tx)
+			}
+			var p popResponse
+			require.NoError(t, json.Unmarshal(popped, &p))
+
+			listed := subsOf(t, call("GET", "/api/v1/messages?queue=ids", nil), "messages")
+			require.Len(t, listed, 3)
+			for tx, sub := range listed {
+				require.Equal(t, want, sub, "messages list %s", tx)
+			}
+			var one struct {
+				ProducerSub *string `json:"producerSub"`
+			}
+			require.NoError(t, json.Unmarshal(call("GET", "/api/v1/messages/"+p.PartitionID+"/forged", nil), &one))
+			require.Equal(t, want, one.ProducerSub)
+
+			// Dead-letter "forged", then replay it: the subject follows.
+			call("POST", "/api/v1/ack", map[string]any{"transactionId": "forged", "partitionId": p.PartitionID,
+				"leaseId": p.LeaseID, "status": "dlq", "error": "bad"})
+			dlq := subsOf(t, call("GET", "/api/v1/dlq?queue=ids", nil), "messages")
+			require.Len(t, dlq, 1)
+			require.Equal(t, want, dlq["forged"])
+			var stored *string
+			require.NoError(t, d.pool.QueryRow(t.Context(), d.q(`SELECT producer_sub FROM queen.dlq`)).Scan(&stored))
+			require.Equal(t, want, stored)
+
+			call("POST", "/api/v1/messages/"+p.PartitionID+"/forged/retry", map[string]any{})
+			call("POST", "/api/v1/ack/batch", map[string]any{"acknowledgments": []map[string]any{
+				{"transactionId": "plain", "partitionId": p.PartitionID, "leaseId": p.LeaseID, "status": "completed"},
+				{"transactionId": "in-txn", "partitionId": p.PartitionID, "leaseId": p.LeaseID, "status": "completed"}}})
+			again := subsOf(t, call("GET", "/api/v1/pop/queue/ids?batch=10", nil), "messages")
+			require.Len(t, again, 1, "the replayed message")
+			require.Equal(t, want, again["forged"])
+		})
+	}
 }
