@@ -2,7 +2,9 @@
 // It routes requests, decodes and validates JSON (push payloads are kept as
 // the raw bytes received, never re-encoded), splits pushes by (queue,
 // partition) into groups, and writes responses and error bodies
-// ({"error": "..."} with the right status).
+// ({"error": "..."} with the right status). With JWT auth on it checks every
+// routed request against its route's Role (internal/auth) before the
+// handler runs, and stamps the token's sub on pushed items.
 //
 // It calls the broker only through the small interfaces it declares in
 // backend.go (Pusher, Popper, Acker, ...), speaks the vocabulary of package
