@@ -124,8 +124,9 @@ func needsHydration(r cache.Reason) bool {
 	switch r {
 	case cache.ReasonUnknown, cache.ReasonGap, cache.ReasonPressure, cache.ReasonWindow, cache.ReasonClock:
 		return true
+	default:
+		return false
 	}
-	return false
 }
 
 // maybeHydrate starts loading partition p in the background unless

@@ -31,7 +31,7 @@ func cacheBenchSizes(b *testing.B) []int {
 		return []int{100_000}
 	}
 	var out []int
-	for _, f := range strings.Split(s, ",") {
+	for f := range strings.SplitSeq(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 100 {
 			b.Fatalf("REGINA_BENCH_CACHE_HASHES: %q is not a size >= 100", f)

@@ -131,6 +131,7 @@ func (c *Cache) Watermark(p [16]byte, windowSeconds int, hashes [][16]byte) (int
 		r := e.tomb
 		e.mu.Unlock()
 		return c.sentinel(r)
+	default: // known: answered below
 	}
 	if int64(windowSeconds)*int64(time.Second) > e.windowNs {
 		// The window grew: the cache may have trimmed, or never loaded,

@@ -331,7 +331,7 @@ func TestTrimming(t *testing.T) {
 	const window = 100
 	hydrate(t, c, p, 0, window, at(0))
 	segs := make([][][16]byte, 0, 400)
-	for i := 0; i < 400; i++ {
+	for i := range 400 {
 		h := hashes(uint32(i), 100)
 		segs = append(segs, h)
 		c.Learn(p, window, int64(i)*100, h, at(float64(i))) // one segment per second
@@ -350,7 +350,7 @@ func TestTrimming(t *testing.T) {
 	// Time moves on with small segments: the old mass goes, and so does the
 	// memory once the live part is small enough to compact and rebuild.
 	before := st.Bytes
-	for i := 0; i < 200; i++ {
+	for i := range 200 {
 		c.Learn(p, window, 40000+int64(i), hashes(uint32(1000+i), 1), at(400+float64(i)))
 	}
 	st = c.Stats()
@@ -605,7 +605,7 @@ func TestByteAccounting(t *testing.T) {
 	base = heap()
 	hydrate(t, c2, q, 0, 3600, at(0))
 	next := int64(0)
-	for s := 0; s < 2*3660; s++ {
+	for s := range 2 * 3660 {
 		c2.Learn(q, 3600, next, hashes(uint32(s), 100), at(float64(s)))
 		next += 100
 	}
@@ -619,10 +619,10 @@ func TestByteAccounting(t *testing.T) {
 	runtime.KeepAlive(rows)
 }
 
-func requireWithinFactor2(t *testing.T, est, real int64) {
+func requireWithinFactor2(t *testing.T, est, actual int64) {
 	t.Helper()
-	require.GreaterOrEqual(t, est*2, real, "estimate too low")
-	require.LessOrEqual(t, est, real*2, "estimate too high")
+	require.GreaterOrEqual(t, est*2, actual, "estimate too low")
+	require.LessOrEqual(t, est, actual*2, "estimate too high")
 }
 
 // TestConcurrentPartitions drives many partitions from their own goroutines
@@ -632,16 +632,14 @@ func TestConcurrentPartitions(t *testing.T) {
 	t.Parallel()
 	c := newCache(256 << 10)
 	var wg sync.WaitGroup
-	for g := 0; g < 16; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for g := range 16 {
+		wg.Go(func() {
 			p := pid(g)
 			next := int64(0)
 			var tok HydrateToken
 			loading := false
 			var done sync.WaitGroup
-			for i := 0; i < 2000; i++ {
+			for i := range 2000 {
 				b := hashes(uint32(g<<16|i), 1+i%20)
 				w, r := c.Watermark(p, 60, b)
 				if r == ReasonNone && w > next-1 {
@@ -671,7 +669,7 @@ func TestConcurrentPartitions(t *testing.T) {
 				}
 			}
 			done.Wait()
-		}()
+		})
 	}
 	wg.Wait()
 	st := c.Stats()

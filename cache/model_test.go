@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -61,7 +62,7 @@ var modelWindows = []int{0, 5, 20, 60, 300}
 func randHash(rng *rand.Rand) (h [16]byte) {
 	for i := 0; i < 16; i += 8 {
 		v := rng.Uint64()
-		for j := 0; j < 8; j++ {
+		for j := range 8 {
 			h[i+j] = byte(v >> (8 * j))
 		}
 	}
@@ -72,10 +73,10 @@ func newModel(t *testing.T, seed uint64, budget int64, enabled bool) *model {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	m := &model{t: t, rng: rng, budget: budget, now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(),
 		c: New(Config{Enabled: enabled, BudgetBytes: budget, MaxSpan: maxSpanFor(seed)})}
-	for i := 0; i < 5; i++ {
+	for i := range 5 {
 		p := &mPart{window: 60, hint: 60, index: make(map[[16]byte][]int)}
 		p.id[0], p.id[15] = byte(i+1), 0xAA
-		for j := 0; j < 40+rng.IntN(80); j++ {
+		for range 40 + rng.IntN(80) {
 			p.universe = append(p.universe, randHash(rng))
 		}
 		m.parts = append(m.parts, p)
@@ -161,9 +162,10 @@ func (m *model) push(p *mPart) {
 		break
 	}
 	m.pushes++
-	w, r := NoWatermark, ReasonWindow
+	r := ReasonWindow
 	keep := batch
 	if p.hint > 0 {
+		var w int64
 		w, r = m.c.Watermark(p.id, p.hint, batch)
 		m.watermarks++
 		if r != ReasonNone {
@@ -276,8 +278,7 @@ func (m *model) checkInternal() {
 				}
 			}
 			cutoff := e.newest - e.windowNs - marginNs
-			for i := len(p.log) - 1; i >= 0; i-- {
-				s := p.log[i]
+			for _, s := range slices.Backward(p.log) {
 				if s.created < cutoff-int64(time.Minute) {
 					break // created_at is only roughly ordered; a minute covers the jitter
 				}
@@ -356,7 +357,7 @@ func TestModelRandomized(t *testing.T) {
 			if testing.Short() {
 				steps = 1500
 			}
-			for i := 0; i < steps; i++ {
+			for range steps {
 				m.step()
 				m.checkInternal()
 			}
@@ -377,7 +378,7 @@ func TestModelRandomized(t *testing.T) {
 func TestModelKillSwitch(t *testing.T) {
 	t.Parallel()
 	m := newModel(t, 7, 8<<20, false)
-	for i := 0; i < 3000; i++ {
+	for range 3000 {
 		m.step()
 		p := m.parts[m.rng.IntN(len(m.parts))]
 		_, ok := m.c.BeginHydrate(p.id)

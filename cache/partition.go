@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"maps"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -289,9 +290,7 @@ func (e *entry) trim() {
 	// peak is gone (O(live), paid for by the deletions since the last one).
 	if e.peak > 128 && len(e.m)*4 < e.peak {
 		m := make(map[[16]byte]int64, len(e.m))
-		for k, v := range e.m {
-			m[k] = v
-		}
+		maps.Copy(m, e.m)
 		e.m, e.peak, e.churned = m, len(m), false
 	}
 }

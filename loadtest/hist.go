@@ -59,10 +59,7 @@ func bucketBounds(i int) (lo, hi int64) {
 
 // Record adds one value.
 func (h *Histogram) Record(d time.Duration) {
-	v := int64(d)
-	if v < 0 {
-		v = 0
-	}
+	v := max(int64(d), 0)
 	if v < h.min {
 		h.min = v
 	}
@@ -132,10 +129,7 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	if q >= 1 {
 		return time.Duration(h.max)
 	}
-	rank := uint64(math.Ceil(q * float64(h.total)))
-	if rank < 1 {
-		rank = 1
-	}
+	rank := max(uint64(math.Ceil(q*float64(h.total))), 1)
 	var seen uint64
 	for i, c := range h.counts {
 		seen += c

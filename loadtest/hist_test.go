@@ -90,7 +90,7 @@ func TestHistogramBucketsCoverWithBoundedWidth(t *testing.T) {
 			require.LessOrEqual(t, float64(hi-lo)/float64(lo), 1.0/128, "v=%d", v)
 		}
 	}
-	for v := int64(0); v < 5000; v++ {
+	for v := range int64(5000) {
 		check(v)
 	}
 	for range 100_000 {

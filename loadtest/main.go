@@ -394,9 +394,7 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 	var wg sync.WaitGroup
 	seed := mrand.Uint64()
 	for w := range o.connections {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			c := workers[w]
 			b := NewBodyBuilder(runID, o.queue, w, o.partitions, o.items, o.payload, seed)
 			rnd := mrand.New(mrand.NewPCG(seed^0x9e3779b97f4a7c15, uint64(w)))
@@ -426,7 +424,7 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 					bo.Reset()
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	finish := clock.Now()

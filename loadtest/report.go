@@ -252,7 +252,7 @@ func (r *Report) unreachableText() string {
 	if r.Outages[len(r.Outages)-1].UntilEnd {
 		s += ", still unreachable at the end"
 	}
-	return s + fmt.Sprintf("; each connection backed off up to %s", r.Config.MaxBackoff)
+	return s + "; each connection backed off up to " + r.Config.MaxBackoff
 }
 
 // ProgressLine is the live line printed once a second.

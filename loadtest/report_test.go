@@ -14,8 +14,6 @@ import (
 	"github.com/regina-mq/regina/internal/pushanswer"
 )
 
-func fptr(v float64) *float64 { return &v }
-
 func TestSummaryLine(t *testing.T) {
 	t.Parallel()
 	r := &Report{
@@ -24,7 +22,7 @@ func TestSummaryLine(t *testing.T) {
 		PushesPerSec:       1234.44,
 		Latency:            Latency{P50: 3.21049, P99: 45.678, P999: 1234.6},
 		Totals:             Totals{Queued: 100, Duplicate: 50, ErrorItems: 7},
-		Broker:             Broker{PID: 42, RSSMax: fptr(123.456), CPUCores: fptr(1.234)},
+		Broker:             Broker{PID: 42, RSSMax: new(123.456), CPUCores: new(1.234)},
 		UnreachableSeconds: 2.345,
 	}
 	require.Equal(t,
@@ -40,7 +38,7 @@ func TestSummaryLine(t *testing.T) {
 
 func TestSummaryLineKeysParse(t *testing.T) {
 	t.Parallel()
-	r := &Report{Label: "a=b c", Broker: Broker{RSSMax: fptr(1), CPUCores: fptr(0.5)}}
+	r := &Report{Label: "a=b c", Broker: Broker{RSSMax: new(float64(1)), CPUCores: new(0.5)}}
 	fields := strings.Fields(r.SummaryLine())
 	require.Equal(t, "loadtest:", fields[0])
 	var keys []string
@@ -154,7 +152,7 @@ func TestRecorderWarmupSeriesAndTotals(t *testing.T) {
 
 func TestReportJSON(t *testing.T) {
 	t.Parallel()
-	r := &Report{Label: "j", Totals: Totals{HTTPErrors: map[int]int64{503: 2}}, Broker: Broker{RSSMax: fptr(1.5)},
+	r := &Report{Label: "j", Totals: Totals{HTTPErrors: map[int]int64{503: 2}}, Broker: Broker{RSSMax: new(1.5)},
 		Series: []Point{{T: 1, Span: 1, MsgsPerSec: 10, P50Ms: 1, P99Ms: 2}}}
 	var buf bytes.Buffer
 	require.NoError(t, writeJSON("-", r, &buf))

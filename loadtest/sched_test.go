@@ -77,7 +77,7 @@ func TestSchedulerOpenLoopOnTime(t *testing.T) {
 		require.Equal(t, 5*time.Millisecond, lat[i])
 	}
 	// The worker slept until each intended time (none for the first).
-	require.Equal(t, 9, len(clock.slept))
+	require.Len(t, clock.slept, 9)
 	for _, d := range clock.slept {
 		require.Equal(t, 5*time.Millisecond, d)
 	}
@@ -174,9 +174,7 @@ func TestSchedulerSlotsAreSharedAcrossWorkers(t *testing.T) {
 	seen := map[int64]time.Time{}
 	var wg sync.WaitGroup
 	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				slot, ok := s.Acquire()
 				if !ok {
@@ -188,7 +186,7 @@ func TestSchedulerSlotsAreSharedAcrossWorkers(t *testing.T) {
 				mu.Unlock()
 				require.False(t, dup)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	require.Len(t, seen, 1000)

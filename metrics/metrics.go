@@ -212,7 +212,7 @@ type Queue struct {
 func (m *Metrics) ForQueue(queue string) *Queue {
 	l := m.queues.label(queue)
 	if q, ok := m.bound.Load(l); ok {
-		return q.(*Queue)
+		return q.(*Queue) //nolint:forcetypeassert // bound holds only *Queue
 	}
 	q, _ := m.bound.LoadOrStore(l, &Queue{
 		queued:     m.verdicts.WithLabelValues(l, VerdictQueued),
@@ -220,7 +220,7 @@ func (m *Metrics) ForQueue(queue string) *Queue {
 		dupUnknown: m.verdicts.WithLabelValues(l, VerdictDuplicateUnknownOriginal),
 		retryAge:   m.retryAge.WithLabelValues(l),
 	})
-	return q.(*Queue)
+	return q.(*Queue) //nolint:forcetypeassert // bound holds only *Queue
 }
 
 // Verdicts adds the verdicts of one batch.

@@ -68,7 +68,7 @@ func TestSnapshotFamiliesNeedASource(t *testing.T) {
 		`regina_retention_deleted_rows_total{table="log_txns"} 10`,
 		`regina_retention_passes_total{result="error"} 1`,
 	} {
-		require.True(t, strings.Contains(out, line+"\n"), "missing %q", line)
+		require.Contains(t, out, line+"\n", "missing %q", line)
 	}
 }
 

@@ -224,14 +224,14 @@ func TestDecodeSegmentTruncatedAtEveryByte(t *testing.T) {
 	seg := EncodeSegment(frames)
 	_, err := DecodeSegment(seg, len(frames))
 	require.NoError(t, err)
-	for n := range len(seg) {
+	for n := range seg {
 		got, err := frameTestDecodeNoPanic(t, seg[:n:n], len(frames))
 		require.ErrorIs(t, err, ErrCorruptSegment, "truncated to %d of %d bytes", n, len(seg))
 		require.Nil(t, got)
 	}
 
 	enc := AppendBody(nil, &frames[3].Body)
-	for n := range len(enc) {
+	for n := range enc {
 		var err error
 		require.NotPanics(t, func() { _, _, err = DecodeBody(enc[:n:n]) })
 		require.ErrorIs(t, err, ErrCorruptSegment, "body truncated to %d of %d bytes", n, len(enc))

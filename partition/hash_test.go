@@ -27,7 +27,7 @@ func TestHashTxIDIsBigEndianXXH3(t *testing.T) {
 		require.Equal(t, want.Lo, binary.BigEndian.Uint64(h[8:]), "low half second for %q", id)
 		b := want.Bytes() // xxh3's own big-endian (Hi, Lo) encoding
 		require.Equal(t, b[:], h[:])
-		require.Equal(t, xxh3.Hash128([]byte(id)), want, "string and byte hashing agree")
+		require.Equal(t, want, xxh3.Hash128([]byte(id)), "string and byte hashing agree")
 
 		require.Equal(t, h, HashTxID(id), "deterministic for %q", id)
 		require.Equal(t, h, HashTxID(strings.Clone(id)), "depends on content only for %q", id)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -52,7 +53,8 @@ func runEnsure(t *testing.T, env map[string]string, args ...string) (stdout, std
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err = cmd.Run()
 	code = 0
-	if ee, ok := err.(*exec.ExitError); ok {
+	ee := &exec.ExitError{}
+	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else {
 		require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -124,7 +125,7 @@ func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p par
 		}
 		// With dedup off an id can be stored more than once: prefer the first
 		// one not yet consumed, else the last one (already consumed).
-		sort.Slice(offs, func(a, b int) bool { return offs[a] < offs[b] })
+		slices.Sort(offs)
 		chosen := offs[len(offs)-1]
 		for _, o := range offs {
 			if o >= cursor {

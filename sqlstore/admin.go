@@ -194,7 +194,7 @@ func (s *Store) ListMessages(ctx context.Context, f reginatype.MessageFilter) ([
 				}
 				// Newest first inside the segment too: position before+j is
 				// frame count-1-j.
-				for j := 0; j < count; j++ {
+				for j := range count {
 					pos := before + int64(j)
 					if pos < int64(f.Offset) || pos >= int64(f.Offset+f.Limit) {
 						continue

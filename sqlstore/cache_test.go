@@ -2,7 +2,6 @@ package sqlstore_test
 
 import (
 	"context"
-	"errors"
 	"regexp"
 	"slices"
 	"strconv"
@@ -167,7 +166,7 @@ func TestLoadHydration(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, parts, ref.ID)
 	_, err = st.LoadHydration(ctx, ref.ID, 0)
-	require.True(t, errors.Is(err, reginatype.ErrPartitionMissing), "%v", err)
+	require.ErrorIs(t, err, reginatype.ErrPartitionMissing, "%v", err)
 }
 
 const probeBatch = 20
@@ -181,7 +180,7 @@ func sharedBuffers(t *testing.T, plan string) int {
 	m := buffersRE.FindStringSubmatch(plan)
 	require.NotNil(t, m, "no Buffers line in plan:\n%s", plan)
 	n := 0
-	for _, kv := range strings.Fields(m[1]) {
+	for kv := range strings.FieldsSeq(m[1]) {
 		k, v, _ := strings.Cut(kv, "=")
 		if k == "hit" || k == "read" {
 			x, err := strconv.Atoi(v)

@@ -130,9 +130,9 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 	return res, nil
 }
 
-// popPartition delivers up to max messages of one partition to the group.
+// popPartition delivers up to limit messages of one partition to the group.
 func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *reginatype.PopRequest, c reginatype.ClaimedPartition,
-	subFrom *time.Time, leaseID partition.UUID, max int) ([]reginatype.PoppedMessage, string, error) {
+	subFrom *time.Time, leaseID partition.UUID, limit int) ([]reginatype.PoppedMessage, string, error) {
 	pid := [16]byte(c.ID)
 	if _, err := tx.Exec(ctx, s.sql.ensureConsumer, pid, req.Group, subFrom); err != nil {
 		return nil, "", err
@@ -157,7 +157,7 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 			return nil, "window_buffer", nil
 		}
 	}
-	rows, err := tx.Query(ctx, s.sql.readSegments, pid, cur.cursor, max)
+	rows, err := tx.Query(ctx, s.sql.readSegments, pid, cur.cursor, limit)
 	if err != nil {
 		return nil, "", err
 	}
@@ -202,7 +202,7 @@ segments:
 				break segments // FIFO: nothing after an invisible message either
 			}
 			out = append(out, reginatype.PoppedMessage{Frame: frames[k], Offset: off, PartitionID: c.ID, PartitionName: c.Name})
-			if len(out) >= max {
+			if len(out) >= limit {
 				break segments
 			}
 		}

@@ -30,10 +30,10 @@ func (s *Store) EnsurePartition(ctx context.Context, queue, partName string) (re
 // whole name) and task (the second dot-separated segment, or "") Queen gives a
 // queue created by a push.
 func DeriveNamespaceTask(queue string) (namespace, task string) {
-	for i := 0; i < len(queue); i++ {
+	for i := range len(queue) {
 		if queue[i] == '.' {
 			rest := queue[i+1:]
-			for j := 0; j < len(rest); j++ {
+			for j := range len(rest) {
 				if rest[j] == '.' {
 					return queue[:i], rest[:j]
 				}

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -37,7 +38,7 @@ func (s *Store) DeleteQueue(ctx context.Context, queue string) (existed bool, pa
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var qid [16]byte
 		if err := tx.QueryRow(ctx, s.sql.deleteQueue, queue).Scan(&qid); err != nil {
-			if err == pgx.ErrNoRows {
+			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
 			}
 			return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,7 +84,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pcfg.ConnConfig.RuntimeParams[k] = v
 	}
 	if cfg.StatementTimeout > 0 {
-		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(cfg.StatementTimeout.Milliseconds())
+		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -135,8 +136,7 @@ func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if _, ok := errors.AsType[*pgconn.PgError](err); ok {
 		return err
 	}
 	var connErr *pgconn.ConnectError

@@ -108,7 +108,7 @@ func uniqueUUIDs(us []partition.UUID) map[partition.UUID]bool {
 // txnPushGroup writes one partition's items through push_segment (lock,
 // probe, insert) inside the transaction.
 func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes []reginatype.TxnPush, res *reginatype.TxnResult) error {
-	for attempt := 0; attempt < 2; attempt++ {
+	for range 2 {
 		ids := make([]string, len(g.items))
 		for k, i := range g.items {
 			ids[k] = pushes[i].TransactionID

@@ -79,7 +79,7 @@ func timePtr(t *time.Time) *string {
 	if t == nil {
 		return nil
 	}
-	return strPtr(timeMillis(*t))
+	return new(timeMillis(*t))
 }
 
 func lagSeconds(c *reginatype.ConsumerState, now time.Time) float64 {
@@ -95,7 +95,7 @@ func newConsumerView(p *reginatype.PartitionDetail, c *reginatype.ConsumerState,
 		LagSeconds: lagSeconds(c, now), OldestPendingAt: timePtr(c.OldestPendingAt), LeaseFrom: c.LeaseFrom,
 		LeaseTo: c.LeaseTo, RetryCount: c.RetryCount, UpdatedAt: timeMillis(c.UpdatedAt)}
 	if c.LeaseID != nil && c.LeaseLive {
-		v.LeaseID = strPtr(c.LeaseID.String())
+		v.LeaseID = new(c.LeaseID.String())
 		v.LeaseExpiresAt = timePtr(c.LeaseExpiresAt)
 	}
 	return v
@@ -284,9 +284,9 @@ func grouped(qs []reginatype.QueueDetail, key func(*reginatype.QueueDetail) stri
 		if g == nil {
 			g = &groupingView{Queues: []string{}}
 			if task {
-				g.Task = strPtr(k)
+				g.Task = new(k)
 			} else {
-				g.Namespace = strPtr(k)
+				g.Namespace = new(k)
 			}
 			by[k] = g
 			names = append(names, k)
@@ -398,7 +398,7 @@ func newMessageView(m *reginatype.StoredMessage) messageView {
 		v.Data = json.RawMessage("null")
 	}
 	if m.HasTrace {
-		v.TraceID = strPtr(m.TraceID.String())
+		v.TraceID = new(m.TraceID.String())
 	}
 	if m.ProducerSub != "" {
 		v.ProducerSub = strPtr(m.ProducerSub)

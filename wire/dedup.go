@@ -50,13 +50,11 @@ type explainView struct {
 	Note                  string           `json:"note"`
 }
 
-func strPtr(s string) *string { return &s }
-
 func windowEnd(at time.Time, window int) *string {
 	if window <= 0 {
 		return nil
 	}
-	return strPtr(timeMicros(at.Add(time.Duration(window) * time.Second)))
+	return new(timeMicros(at.Add(time.Duration(window) * time.Second)))
 }
 
 func timeMicros(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
@@ -66,7 +64,7 @@ func newExplainView(k reginatype.ExplainKey, r *reginatype.ExplainResult) explai
 		QueueExists: r.QueueExists, PartitionExists: r.PartitionExists, WindowSeconds: r.WindowSeconds,
 		Occurrences: make([]occurrenceView, 0, len(r.Occurrences)), CheckedAt: timeMicros(r.Now)}
 	if r.PartitionExists {
-		v.PartitionID = strPtr(r.PartitionID.String())
+		v.PartitionID = new(r.PartitionID.String())
 	}
 	for _, o := range r.Occurrences {
 		v.Occurrences = append(v.Occurrences, occurrenceView{Offset: o.Offset, MessageID: o.MessageID.String(),
@@ -74,14 +72,14 @@ func newExplainView(k reginatype.ExplainKey, r *reginatype.ExplainResult) explai
 			InWindow: o.InWindow, SegmentGone: o.SegmentGone})
 	}
 	if o := r.Original; o != nil {
-		v.MessageID = strPtr(o.MessageID.String())
-		v.StoredAt = strPtr(timeMicros(o.CreatedAt))
+		v.MessageID = new(o.MessageID.String())
+		v.StoredAt = new(timeMicros(o.CreatedAt))
 		v.WindowEndsAt = windowEnd(o.CreatedAt, r.WindowSeconds)
 		off := o.Offset
 		v.Offset = &off
 		if o.SegmentGone {
 			v.OriginalUnknown = true
-			v.OriginalUnknownReason = strPtr(reasonSegmentRemoved)
+			v.OriginalUnknownReason = new(reasonSegmentRemoved)
 		}
 	}
 	switch {
@@ -136,10 +134,6 @@ type lookupView struct {
 	Verdict       string   `json:"verdict"`
 }
 
-// handleDedupLookup serves POST /api/v1/dedup/lookup
-// {"items":[{"queue","partition","transactionId"}, ...]} (at most 1000; a
-// missing partition is Default, as in a push): whether each transaction id is
-// committed (stored in its partition's hash sidecar) and its original ids.
 // DecodeLookup decodes and validates a POST /api/v1/dedup/lookup body: at
 // most reginatype.MaxExplainKeys (queue, partition, transactionId) triples; a
 // missing partition means Default, as in a push.
@@ -204,6 +198,10 @@ func DecodeLookup(body []byte) ([]reginatype.ExplainKey, error) {
 	return keys, nil
 }
 
+// handleDedupLookup serves POST /api/v1/dedup/lookup
+// {"items":[{"queue","partition","transactionId"}, ...]} (at most 1000; a
+// missing partition is Default, as in a push): whether each transaction id is
+// committed (stored in its partition's hash sidecar) and its original ids.
 func (s *Server) handleDedupLookup(ctx *fasthttp.RequestCtx) {
 	keys, err := DecodeLookup(ctx.PostBody())
 	if err != nil {
@@ -222,14 +220,14 @@ func (s *Server) handleDedupLookup(ctx *fasthttp.RequestCtx) {
 			TransactionID: keys[i].TransactionID, Committed: len(r.Occurrences) > 0, Verdict: r.Verdict,
 			MessageIDs: make([]string, 0, len(r.Occurrences))}
 		if r.PartitionExists {
-			v.PartitionID = strPtr(r.PartitionID.String())
+			v.PartitionID = new(r.PartitionID.String())
 		}
 		for _, o := range r.Occurrences {
 			v.MessageIDs = append(v.MessageIDs, o.MessageID.String())
 		}
 		if o := r.Original; o != nil {
-			v.MessageID = strPtr(o.MessageID.String())
-			v.StoredAt = strPtr(timeMicros(o.CreatedAt))
+			v.MessageID = new(o.MessageID.String())
+			v.StoredAt = new(timeMicros(o.CreatedAt))
 			v.InWindow = o.InWindow
 		}
 		out[i] = v

@@ -109,7 +109,7 @@ func rawString(raw json.RawMessage) (string, error) {
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
 			continue

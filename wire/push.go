@@ -151,7 +151,7 @@ func checkName(what, s string) error {
 	case !utf8.ValidString(s):
 		return fmt.Errorf("%s must be valid UTF-8", what)
 	}
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		if s[i] == 0 {
 			return fmt.Errorf("%s must not contain NUL characters", what)
 		}

@@ -60,17 +60,14 @@ func appendPushResult(b []byte, index int, it *PushItem, g *reginatype.PushGroup
 	b = append(b, `{"index":`...)
 	b = appendInt(b, int64(index))
 	if g.Err != nil {
-		_, msg, retryable := errorStatus(g.Err)
+		_, msg := errorStatus(g.Err)
 		b = append(b, `,"transaction_id":`...)
 		b = appendString(b, it.TransactionID)
 		b = append(b, `,"queueName":`...)
 		b = appendString(b, it.Queue)
 		b = append(b, `,"status":"failed","error":`...)
 		b = appendString(b, msg)
-		if retryable {
-			b = append(b, `,"retryable":true`...)
-		}
-		return append(b, '}')
+		return append(b, `,"retryable":true}`...)
 	}
 	r := g.Results[pos]
 	b = append(b, `,"message_id":"`...)

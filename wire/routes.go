@@ -5,6 +5,7 @@ package wire
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"strings"
 
@@ -238,7 +239,7 @@ func (r *Route) allows(method string) bool {
 	if method == r.Method {
 		return true
 	}
-	return method == "HEAD" && r.Method == "GET" && (r.Role == RolePublic || r.Role == RoleReadOnly)
+	return method == "HEAD" && r.Method == http.MethodGet && (r.Role == RolePublic || r.Role == RoleReadOnly)
 }
 
 // route finds the route for a request and its parameters; candidates are

@@ -120,8 +120,7 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "Request body exceeds the limit of "+itoa(s.cfg.MaxBodyBytes)+" bytes")
 		return
 	}
-	var small *fasthttp.ErrSmallBuffer
-	if errors.As(err, &small) {
+	if _, ok := errors.AsType[*fasthttp.ErrSmallBuffer](err); ok {
 		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "Request headers exceed the limit of "+itoa(MaxHeaderBytes)+" bytes")
 		return
 	}
@@ -210,41 +209,40 @@ func writeError(ctx *fasthttp.RequestCtx, status int, msg string) {
 	writeRaw(ctx, status, b)
 }
 
-// errorStatus maps an error from the broker core to an HTTP status, the
-// message for the client and whether a retry is safe. It is the one place
-// where core errors become HTTP.
-func errorStatus(err error) (status int, msg string, retryable bool) {
+// errorStatus maps an error from the broker core to an HTTP status and the
+// message for the client. It is the one place where core errors become
+// HTTP. Every such error leaves a retry safe (the answer says
+// "retryable": true): nothing was written, or the outcome is unknown and a
+// push retried with the same transactionId is deduplicated.
+func errorStatus(err error) (status int, msg string) {
 	switch {
 	case errors.Is(err, reginatype.ErrMailboxFull):
-		return fasthttp.StatusServiceUnavailable, "Partition mailbox is full; retry with backoff", true
+		return fasthttp.StatusServiceUnavailable, "Partition mailbox is full; retry with backoff"
 	case errors.Is(err, reginatype.ErrShuttingDown):
-		return fasthttp.StatusServiceUnavailable, "Broker is shutting down; retry on another broker or later", true
+		return fasthttp.StatusServiceUnavailable, "Broker is shutting down; retry on another broker or later"
 	case errors.Is(err, reginatype.ErrOutcomeUnknown):
 		return fasthttp.StatusServiceUnavailable, "Outcome unknown: the request may or may not have taken effect; " +
-			"retrying is safe (a push retried with the same transactionId is deduplicated)", true
+			"retrying is safe (a push retried with the same transactionId is deduplicated)"
 	case errors.Is(err, reginatype.ErrUnavailable):
-		return fasthttp.StatusServiceUnavailable, "Database unavailable; nothing was written", true
+		return fasthttp.StatusServiceUnavailable, "Database unavailable; nothing was written"
 	case reginatype.IsRetryable(err):
-		return fasthttp.StatusServiceUnavailable, "Database error; nothing was written; retry: " + err.Error(), true
+		return fasthttp.StatusServiceUnavailable, "Database error; nothing was written; retry: " + err.Error()
 	default:
 		return fasthttp.StatusInternalServerError, "Database error; nothing was changed, but a push may be retried " +
-			"safely with the same transactionId: " + err.Error(), true
+			"safely with the same transactionId: " + err.Error()
 	}
 }
 
 // writeCoreError answers with the mapping of errorStatus.
 func (s *Server) writeCoreError(ctx *fasthttp.RequestCtx, err error) {
-	status, msg, retryable := errorStatus(err)
+	status, msg := errorStatus(err)
 	if status >= 500 {
 		ctx.Response.Header.Set("Retry-After", "1")
 	}
 	b := make([]byte, 0, len(msg)+48)
 	b = append(b, `{"error":`...)
 	b = appendString(b, msg)
-	if retryable {
-		b = append(b, `,"retryable":true`...)
-	}
-	b = append(b, '}')
+	b = append(b, `,"retryable":true}`...)
 	writeRaw(ctx, status, b)
 }
 

@@ -189,8 +189,8 @@ func newTraceView(ev *reginatype.TraceEvent, byName bool) traceView {
 		v.Data = json.RawMessage("null")
 	}
 	if byName {
-		v.TransactionID, v.PartitionID = strPtr(ev.TransactionID), strPtr(ev.PartitionID.String())
-		v.QueueName, v.PartitionName = strPtr(ev.Queue), strPtr(ev.Partition)
+		v.TransactionID, v.PartitionID = new(ev.TransactionID), new(ev.PartitionID.String())
+		v.QueueName, v.PartitionName = new(ev.Queue), new(ev.Partition)
 		p := json.RawMessage("null")
 		if len(ev.MessagePayload) > 0 {
 			p = json.RawMessage(ev.MessagePayload)

@@ -247,11 +247,9 @@ func (h *harness) drive(spec phaseSpec, work workFunc) (*PhaseResult, [][]int32)
 	var wg sync.WaitGroup
 	for w := range spec.workers {
 		recs[w] = &workerRec{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			work(ctx, w, pc, recs[w])
-		}()
+		})
 	}
 	wg.Wait()
 	<-samplerDone
@@ -641,9 +639,7 @@ func (h *harness) prime(baseURL, queue, tag string, partitions int) (time.Durati
 	errs := make(chan error, h.cfg.connections)
 	var wg sync.WaitGroup
 	for range min(h.cfg.connections, partitions) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			c := newHTTPClient(baseURL)
 			defer c.hc.CloseIdleConnections()
 			for p := range next {
@@ -657,7 +653,7 @@ func (h *harness) prime(baseURL, queue, tag string, partitions int) (time.Durati
 					}
 				}
 			}
-		}()
+		})
 	}
 feed:
 	for p := range partitions {

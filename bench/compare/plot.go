@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/regina-mq/regina/internal/chart"
@@ -127,8 +128,7 @@ func (c *canvas) logPanel(r image.Rectangle, title string, xs []float64, xl []st
 	}
 	c.Text(r.Min.X, r.Min.Y-7, title, colText)
 	lx := r.Max.X
-	for i := len(curves) - 1; i >= 0; i-- {
-		cv := curves[i]
+	for _, cv := range slices.Backward(curves) {
 		w := c.TextWidth(cv.name)
 		lx -= w
 		c.Text(lx, r.Min.Y-7, cv.name, colText)

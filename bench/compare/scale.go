@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/regina-mq/regina/reginatype"
 )
 
@@ -436,9 +437,10 @@ func (h *harness) writeScale() (string, error) {
 		fmt.Fprintf(&b, "\nPreparation time per point (both schemas: partitions, preload, index rebuild, VACUUM ANALYZE): %s.\n", strings.Join(pre, ", "))
 	}
 
-	summary := "compare/scale:"
+	var summary strings.Builder
+	summary.WriteString("compare/scale:")
 	for _, r := range pRows {
-		summary += fmt.Sprintf(" p%s=%s", r.label, fmtRate(r.regina.rate))
+		fmt.Fprintf(&summary, " p%s=%s", r.label, fmtRate(r.regina.rate))
 	}
 	b.WriteString("\n### The bar\n\n")
 	if len(hRows) >= 2 && hRows[0].regina.rate > 0 {
@@ -453,7 +455,7 @@ func (h *harness) writeScale() (string, error) {
 		if lo.regina.p99 > 0 {
 			fmt.Fprintf(&b, "| Regina p99 at %s / at %s (context) | %s | | |\n", hi.label, lo.label, fmtRatio(hi.regina.p99/lo.regina.p99))
 		}
-		summary += fmt.Sprintf(" hashes_%s/%s=%s", hi.label, lo.label, fmtRatio(v))
+		fmt.Fprintf(&summary, " hashes_%s/%s=%s", hi.label, lo.label, fmtRatio(v))
 	} else {
 		b.WriteString("Not measured (needs at least two hash sizes).\n")
 	}
@@ -510,7 +512,7 @@ func (h *harness) writeScale() (string, error) {
 	if err := h.writeJSON(); err != nil {
 		return "", err
 	}
-	return summary, nil
+	return summary.String(), nil
 }
 
 func joinInts(v []int) string {

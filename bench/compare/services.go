@@ -114,7 +114,7 @@ func startBroker(ctx context.Context, bin, dbURL, schema string, cacheOn bool, l
 	for {
 		select {
 		case <-b.done:
-			return nil, fmt.Errorf("broker %s exited before serving (%v); log %s:\n%s", label, b.waitErr, logPath, tailFile(logPath, 3000))
+			return nil, fmt.Errorf("broker %s exited before serving (%w); log %s:\n%s", label, b.waitErr, logPath, tailFile(logPath, 3000))
 		case <-ctx.Done():
 			b.stop(true)
 			return nil, ctx.Err()

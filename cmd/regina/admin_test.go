@@ -86,6 +86,8 @@ func getJSON(t *testing.T, u string, v any) {
 
 // The section-9 admin views, against a known state: offsets, pending,
 // leases, a named group, a dead letter and an aged backlog.
+//
+//nolint:tparallel // the subtests read one state in order
 func TestAdminViews(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, "", nil)

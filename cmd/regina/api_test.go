@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -153,7 +154,7 @@ func TestHealthCORSAndRouting(t *testing.T) {
 	require.Equal(t, "healthy", h["status"])
 	require.Equal(t, "connected", h["database"])
 
-	req, _ := http.NewRequest("OPTIONS", b.URL+"/api/v1/push", nil)
+	req, _ := http.NewRequest(http.MethodOptions, b.URL+"/api/v1/push", nil)
 	resp, err := httpClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -267,7 +268,7 @@ func TestRetentionPurgesTheSidecar(t *testing.T) {
 	b.configure(t, "short", map[string]any{"dedupWindowSeconds": 60})
 	b.configure(t, "long", map[string]any{"dedupWindowSeconds": 7200})
 	for i := range 5 {
-		b.push(t, item{"queue": "short", "transactionId": fmt.Sprint(i)}, item{"queue": "long", "transactionId": fmt.Sprint(i)})
+		b.push(t, item{"queue": "short", "transactionId": strconv.Itoa(i)}, item{"queue": "long", "transactionId": strconv.Itoa(i)})
 	}
 	// 1000 s old: past the 900 s floor for "short" (window 60), inside
 	// "long"'s 7200 s window.
@@ -325,7 +326,7 @@ func TestBinaryServesWithOnlyDatabaseURLAndPort(t *testing.T) {
 	checkFor(t, 60*time.Second, 50*time.Millisecond, func() error {
 		s, _, err := tryGet(url + "/health")
 		if err != nil || s != http.StatusOK {
-			return fmt.Errorf("health: %d %v", s, err)
+			return fmt.Errorf("health: %d %w", s, err)
 		}
 		return nil
 	})

@@ -289,7 +289,7 @@ func (f *routeFixture) path(pattern string) string {
 // body is a request body each route would act on if it were allowed.
 func (f *routeFixture) body(r wire.Route) any {
 	switch {
-	case r.Method != "POST":
+	case r.Method != http.MethodPost:
 		return nil
 	case strings.HasSuffix(r.Pattern, "/push"):
 		return map[string]any{"items": []item{{"queue": "q", "transactionId": "new", "payload": 1}}}
@@ -337,7 +337,7 @@ func TestAuthEveryRouteChecksItsRole(t *testing.T) {
 		requireRefused(t, status, body, hdr, 401, auth.MsgAuthRequired, what+" without a token")
 		// A write route, judged by its method and not by the table's word:
 		// everything but GET, and pop (a GET that leases).
-		if (r.Method != "GET" || strings.HasPrefix(r.Pattern, "/api/v1/pop/")) && !readOnlyPOST[r.Pattern] {
+		if (r.Method != http.MethodGet || strings.HasPrefix(r.Pattern, "/api/v1/pop/")) && !readOnlyPOST[r.Pattern] {
 			require.Contains(t, []wire.Role{wire.RoleReadWrite, wire.RoleAdmin}, r.Role, "%s writes", what)
 			status, body, hdr = doAuth(t, r.Method, u, tokens[wire.RoleReadOnly], f.body(r))
 			requireRefused(t, status, body, hdr, 403, auth.MsgForbidden, what+" with a read-only token")

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -229,12 +230,7 @@ func (s *setting) validate(c *Config) error {
 }
 
 func contains(list []string, v string) bool {
-	for _, o := range list {
-		if o == v {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(list, v)
 }
 
 // checkDatabaseURL accepts a postgres:// URL or the key=value form.
@@ -248,7 +244,7 @@ func checkDatabaseURL(c *Config) error {
 
 // source names where a setting's value came from: "PORT", or
 // "flag -port (PORT)" when a flag gave it.
-func (c *Config) source(env, flagName string) string {
+func (c Config) source(env, flagName string) string {
 	if f, ok := c.fromFlag[env]; ok && f == flagName {
 		return "flag -" + flagName + " (" + env + ")"
 	}

@@ -329,7 +329,7 @@ func TestLoadConfigBadArguments(t *testing.T) {
 		_, err := LoadConfig([]string{"-h"}, configTestEnv(nil), &usage)
 		require.ErrorIs(t, err, flag.ErrHelp)
 		for _, want := range []string{"-port", "env PORT", "-dedup-cache-mb", "env QUEEN_DEDUP_CACHE_MB", "-pg-password"} {
-			require.True(t, strings.Contains(usage.String(), want), "usage lists %q:\n%s", want, usage.String())
+			require.Contains(t, usage.String(), want, "usage lists %q:\n%s", want, usage.String())
 		}
 	})
 }

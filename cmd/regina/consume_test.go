@@ -172,9 +172,7 @@ func TestFIFOUnderConcurrentConsumers(t *testing.T) {
 	var got []int
 	var wg sync.WaitGroup
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				r := b.pop(t, "fifo", "p", url.Values{"batch": {"7"}})
 				if len(r.Messages) == 0 {
@@ -201,7 +199,7 @@ func TestFIFOUnderConcurrentConsumers(t *testing.T) {
 					require.True(t, a.Success, "%v", a.Error)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	want := make([]int, n)
@@ -417,9 +415,7 @@ func TestTwoBrokersConsumeWithoutDoubleDelivery(t *testing.T) {
 	seen := map[string]int{}
 	var wg sync.WaitGroup
 	for w := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			b := []*testBroker{b1, b2}[w%2]
 			for empty := 0; empty < 3; {
 				r := b.pop(t, "shared", "", url.Values{"batch": {"4"}})
@@ -435,7 +431,7 @@ func TestTwoBrokersConsumeWithoutDoubleDelivery(t *testing.T) {
 				mu.Unlock()
 				b.ackBatch(t, r.Messages, "completed", "")
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	// Stragglers: whatever is left is drained by one consumer.
@@ -565,8 +561,8 @@ func TestAutoAckConsumesWithoutALease(t *testing.T) {
 	pushN(t, b, "auto", "Default", 0, 3)
 	r := b.pop(t, "auto", "", url.Values{"batch": {"2"}, "autoAck": {"true"}})
 	require.Len(t, r.Messages, 2)
-	require.Equal(t, "", r.LeaseID, "autoAck pops carry no lease")
-	require.Equal(t, "", r.Messages[0].LeaseID)
+	require.Empty(t, r.LeaseID, "autoAck pops carry no lease")
+	require.Empty(t, r.Messages[0].LeaseID)
 	// Nothing is held: the next pop goes straight on, and the first two are
 	// never delivered again.
 	r2 := b.pop(t, "auto", "", url.Values{"batch": {"10"}, "autoAck": {"1"}})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -257,7 +258,7 @@ func TestExplainAndLookupBadInput(t *testing.T) {
 	}
 	many := make([]item, 1001)
 	for i := range many {
-		many[i] = item{"queue": "q", "transactionId": fmt.Sprint(i)}
+		many[i] = item{"queue": "q", "transactionId": strconv.Itoa(i)}
 	}
 	status, out := do(t, "POST", b.URL+"/api/v1/dedup/lookup", map[string]any{"items": many})
 	require.Equal(t, http.StatusBadRequest, status)

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -232,7 +232,7 @@ func (d *db) partitionStats(t *testing.T, queue, part string) (segments, frames,
 		       p.next_offset
 		  FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		 WHERE q.name = $1 AND p.name = $2`), queue, part).Scan(&segments, &frames, &logRows, &hashes, &nextOffset)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, 0, 0, 0
 	}
 	require.NoError(t, err)
@@ -255,4 +255,4 @@ func checkFor(t *testing.T, total, every time.Duration, cond func() error) {
 	}
 }
 
-var errNotYet = fmt.Errorf("not yet")
+var errNotYet = errors.New("not yet")

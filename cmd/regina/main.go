@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	_ "net/http/pprof" // served only when PPROF_ADDR is set
+	_ "net/http/pprof" //nolint:gosec // G108: served only on PPROF_ADDR, its own listener, never on the API port
 	"os"
 	"os/signal"
 	"strconv"
@@ -126,7 +126,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	// consumers, a deleted queue leaves the cache) through reg.Link; the
 	// rest straight to the store.
 	linked := reg.Link(store)
-	ln, err := net.Listen("tcp", cfg.Addr())
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr())
 	if err != nil {
 		return fmt.Errorf("listen on %s (HOST/PORT): %w", cfg.Addr(), err)
 	}
@@ -139,7 +139,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance})
 
 	if cfg.PprofAddr != "" {
-		pln, err := net.Listen("tcp", cfg.PprofAddr)
+		pln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.PprofAddr)
 		if err != nil {
 			return fmt.Errorf("listen on %s (PPROF_ADDR): %w", cfg.PprofAddr, err)
 		}

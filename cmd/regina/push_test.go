@@ -223,9 +223,7 @@ func racePush(t *testing.T, n int, brokers ...*testBroker) []pushResult {
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
 			b := brokers[i%len(brokers)]
 			status, body := do(t, "POST", b.URL+"/api/v1/push",
@@ -240,7 +238,7 @@ func racePush(t *testing.T, n int, brokers ...*testBroker) []pushResult {
 				return
 			}
 			results[i] = rs[0]
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()
@@ -413,16 +411,14 @@ func TestActorBatchesConcurrentPushes(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make([][]pushResult, n)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			status, body := b.pushRaw(t, map[string]any{"items": []item{{"queue": "held", "transactionId": fmt.Sprintf("t%d", i)}}})
 			if status != http.StatusCreated {
 				t.Errorf("push %d: %d %s", i, status, body)
 				return
 			}
 			_ = json.Unmarshal(body, &results[i])
-		}()
+		})
 	}
 	// Wait until every push is either in the held batch or in the mailbox.
 	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {

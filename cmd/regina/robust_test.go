@@ -27,12 +27,10 @@ func TestGracefulShutdownAnswersEveryWaitingPush(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make([]int, n)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			status, _ := b.pushRaw(t, map[string]any{"items": []item{{"queue": "held", "transactionId": fmt.Sprintf("s%d", i)}}})
 			results[i] = status
-		}()
+		})
 	}
 	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
 		if m, held := metrics(t, b), first.Load(); held == 0 || int64(m.Mailbox)+held != n {
@@ -47,7 +45,7 @@ func TestGracefulShutdownAnswersEveryWaitingPush(t *testing.T) {
 	// other: count those.
 	lateAccepted := 0
 	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
-		req, _ := http.NewRequest("POST", b.URL+"/api/v1/push", strings.NewReader(`{"items":[{"queue":"late"}]}`))
+		req, _ := http.NewRequest(http.MethodPost, b.URL+"/api/v1/push", strings.NewReader(`{"items":[{"queue":"late"}]}`))
 		resp, err := httpClient.Do(req)
 		if err != nil {
 			return nil

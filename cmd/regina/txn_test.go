@@ -142,9 +142,7 @@ func TestConcurrentTransactionsOnOverlappingPartitions(t *testing.T) {
 	const workers, rounds = 6, 8
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for i := range rounds {
 				order := rng.Perm(len(parts))
@@ -158,7 +156,7 @@ func TestConcurrentTransactionsOnOverlappingPartitions(t *testing.T) {
 					t.Errorf("worker %d round %d: %d %s", w, i, code, raw)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	for _, p := range parts {

@@ -145,7 +145,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if v, ok := get("JWT_SKIP_PATHS"); ok {
 		c.SkipPaths = nil
-		for _, p := range strings.Split(v, ",") {
+		for p := range strings.SplitSeq(v, ",") {
 			if p = strings.TrimSpace(p); p != "" {
 				c.SkipPaths = append(c.SkipPaths, p)
 			}

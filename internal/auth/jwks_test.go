@@ -3,6 +3,7 @@ package auth
 import (
 	"crypto/rsa"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -83,9 +84,7 @@ func jwkOf(t *testing.T, pub any, members map[string]any) map[string]any {
 	require.NoError(t, err)
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(b, &m))
-	for k, v := range members {
-		m[k] = v
-	}
+	maps.Copy(m, members)
 	return m
 }
 
@@ -149,15 +148,13 @@ func TestJWKSUnknownKidRefreshesAreRateLimited(t *testing.T) {
 	a := jwksAuth(t, srv.URL, Config{JWKSMinRefresh: time.Hour})
 	var wg sync.WaitGroup
 	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			tok := rsToken(t, testOther, "made-up-"+strings.Repeat("x", i))
 			_, d := a.Check(t.Context(), "/api/v1/push", tok, ReadOnly)
 			if d == nil || d.Status != 401 || d.Message != MsgInvalidSignature {
 				t.Errorf("unknown kid: want 401 %q, got %v", MsgInvalidSignature, d)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	require.EqualValues(t, 2, srv.hits.Load(), "one fetch at start, one forced for all the unknown kids")

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/base64"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,9 +35,7 @@ var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 func sign(t *testing.T, m jwt.SigningMethod, key any, c jwt.MapClaims, header map[string]any) string {
 	t.Helper()
 	tok := jwt.NewWithClaims(m, c)
-	for k, v := range header {
-		tok.Header[k] = v
-	}
+	maps.Copy(tok.Header, header)
 	s, err := tok.SignedString(key)
 	require.NoError(t, err)
 	return s

@@ -4,6 +4,7 @@ import (
 	"image"
 	"image/color"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -135,8 +136,7 @@ func (c *Canvas) DrawPanel(p Panel) {
 	// Title and legend above the panel.
 	c.Text(r.Min.X, r.Min.Y-7, p.Title, ColText)
 	lx := r.Max.X
-	for i := len(p.Lines) - 1; i >= 0; i-- {
-		s := p.Lines[i]
+	for _, s := range slices.Backward(p.Lines) {
 		w := c.TextWidth(s.Name)
 		lx -= w
 		c.Text(lx, r.Min.Y-7, s.Name, ColText)

@@ -41,7 +41,7 @@ func TestImportDirection(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"...").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		pkg := strings.TrimPrefix(fields[0], module)
 		ok, known := allowed[pkg]

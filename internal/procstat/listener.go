@@ -20,7 +20,7 @@ func LocalPort(raw string) int {
 	}
 	if h := u.Hostname(); h != "localhost" {
 		ip := net.ParseIP(h)
-		if ip == nil || !(ip.IsLoopback() || ip.IsUnspecified()) {
+		if ip == nil || (!ip.IsLoopback() && !ip.IsUnspecified()) {
 			return 0
 		}
 	}
@@ -41,7 +41,7 @@ func LocalPort(raw string) int {
 func ListenerPID(root string, port int) int {
 	inodes := map[string]bool{}
 	for _, name := range []string{"net/tcp", "net/tcp6"} {
-		b, err := os.ReadFile(filepath.Join(root, name))
+		b, err := os.ReadFile(filepath.Join(root, name)) //nolint:gosec // G304: a /proc file under the given root
 		if err != nil {
 			continue
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -25,7 +26,7 @@ func buildBroker(ctx context.Context, repo, dir string) (string, error) {
 			}
 		}
 		if err != nil {
-			return "", fmt.Errorf("the go command is not on PATH (needed to build ./cmd/regina)")
+			return "", errors.New("the go command is not on PATH (needed to build ./cmd/regina)")
 		}
 	}
 	out := filepath.Join(dir, "regina")
@@ -158,7 +159,7 @@ func (b *broker) waitHealthy(ctx context.Context, timeout time.Duration) error {
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("broker %s exited while starting (%v); log:\n%s", b.name, b.exitErr, tail(b.logPath, 10))
+			return fmt.Errorf("broker %s exited while starting (%w); log:\n%s", b.name, b.exitErr, tail(b.logPath, 10))
 		default:
 		}
 		resp, err := client.Get(b.url() + "/health")
@@ -226,7 +227,7 @@ func (b *broker) stop(timeout time.Duration) error {
 		return err
 	}
 	if exitErr != nil {
-		return fmt.Errorf("broker %s exited with %v after SIGTERM; log:\n%s", b.name, exitErr, tail(b.logPath, 10))
+		return fmt.Errorf("broker %s exited with %w after SIGTERM; log:\n%s", b.name, exitErr, tail(b.logPath, 10))
 	}
 	return nil
 }
@@ -238,7 +239,7 @@ func logLevels(path string) string {
 		return ""
 	}
 	m := map[string]int{}
-	for _, l := range strings.Split(string(bs), "\n") {
+	for l := range strings.SplitSeq(string(bs), "\n") {
 		switch {
 		case strings.Contains(l, `"level":"error"`):
 			m["error"]++

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -60,7 +61,7 @@ func LoadState(ctx context.Context, conn *pgx.Conn, schema, queue string) (*DBSt
 	var queueID string
 	err := conn.QueryRow(ctx, q(`SELECT id::text, dedup_window_seconds, retention_enabled FROM queen.queues WHERE name = $1`), queue).
 		Scan(&queueID, &st.WindowSeconds, &st.RetentionEnabled)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return st, nil
 	}
 	if err != nil {

@@ -125,7 +125,7 @@ func (r *runner) addStandby(ctx context.Context, sb *cluster) error {
 		return err
 	}
 	var keep []string
-	for _, l := range strings.Split(string(b), "\n") {
+	for l := range strings.SplitSeq(string(b), "\n") {
 		if !strings.HasPrefix(strings.TrimSpace(l), "synchronous_standby_names") {
 			keep = append(keep, l)
 		}
@@ -163,7 +163,7 @@ func (r *runner) waitStandby(ctx context.Context, primary *cluster, app string) 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("standby %s not streaming to %s after 2m (state %q, sync_state %q, err %v)", app, primary.name, state, syncState, err)
+			return fmt.Errorf("standby %s not streaming to %s after 2m (state %q, sync_state %q, err %w)", app, primary.name, state, syncState, err)
 		}
 		if !sleepCtxOK(ctx, 100*time.Millisecond) {
 			return ctx.Err()

@@ -197,7 +197,7 @@ func (r *runner) recover(ctx context.Context, b *broker, after string) {
 // faultConnDrop terminates every broker connection, a few times in a row.
 func (r *runner) faultConnDrop(ctx context.Context, round int) error {
 	total := 0
-	for i := 0; i < r.t.sweeps; i++ {
+	for range r.t.sweeps {
 		conn, err := r.pg.connect(ctx)
 		if err != nil {
 			return err
@@ -227,7 +227,7 @@ func (r *runner) faultSlowDB(ctx context.Context, round int) error {
 	}
 	held := 0
 	var names []string
-	for i := 0; i < r.t.holds; i++ {
+	for range r.t.holds {
 		names = r.pickPartitions(2)
 		hold := r.t.hold + time.Duration(r.rng.Int64N(int64(r.t.hold)))
 		if err := r.holdLocks(ctx, names, hold); err != nil {

@@ -63,6 +63,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -142,7 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.duration = 14 * time.Second
 	}
 	if *kinds != "" {
-		for _, k := range strings.Split(*kinds, ",") {
+		for k := range strings.SplitSeq(*kinds, ",") {
 			k = strings.TrimSpace(k)
 			if faultByName(k) == nil {
 				return o, fmt.Errorf("-faults: unknown kind %q (known: %s)", k, faultNames())
@@ -151,7 +152,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 	}
 	if *env != "" {
-		for _, kv := range strings.Split(*env, ",") {
+		for kv := range strings.SplitSeq(*env, ",") {
 			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 				return o, fmt.Errorf("-broker-env: %q is not KEY=VALUE", kv)
 			}
@@ -159,7 +160,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 	}
 	if o.twinProb < 0 || o.twinProb > 1 || o.stormProb < 0 || o.stormProb > 1 {
-		return o, fmt.Errorf("-twins and -storms are shares between 0 and 1")
+		return o, errors.New("-twins and -storms are shares between 0 and 1")
 	}
 	if o.parts < 2 || o.parts > 64 {
 		return o, fmt.Errorf("-partitions %d: use 2 to 64 (slow-db locks two)", o.parts)
@@ -312,7 +313,7 @@ func run(ctx context.Context, o options, w io.Writer) int {
 	if o.parts < 2 {
 		o.parts = 6
 	}
-	for i := 0; i < o.parts; i++ {
+	for i := range o.parts {
 		r.partitions = append(r.partitions, fmt.Sprintf("p%d", i))
 	}
 	// Everything is bounded: the load, the drain and generous room for
@@ -504,7 +505,7 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	seedP.deliver(seedCtx, r.hist.NewBatch(0, items))
 	seedCancel()
 	if seedP.settled != 1 {
-		return nil, fmt.Errorf("the seed push got no definite answer within 60s")
+		return nil, errors.New("the seed push got no definite answer within 60s")
 	}
 
 	r.loadStart = time.Now()
@@ -630,9 +631,7 @@ func (r *runner) summary(rep *Report) {
 	s := rep.Stats
 	r.mu.Lock()
 	c := map[string]int{}
-	for k, v := range r.counts {
-		c[k] = v
-	}
+	maps.Copy(c, r.counts)
 	r.mu.Unlock()
 	if r.rep != nil {
 		mode := "asynchronous"
@@ -783,7 +782,7 @@ func findRepo(dir string) (string, error) {
 }
 
 func freePortExcept(used ...int) (int, error) {
-	for i := 0; i < 20; i++ {
+	for range 20 {
 		p, err := freePort()
 		if err != nil {
 			return 0, err

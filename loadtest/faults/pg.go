@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,9 +26,9 @@ var ErrNoPostgres = errors.New("no PostgreSQL server binaries (initdb, pg_ctl) i
 func FindPGBin() (string, error) {
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool { return pgVersion(dirs[i]) < pgVersion(dirs[j]) })
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if isExec(filepath.Join(dirs[i], "initdb")) && isExec(filepath.Join(dirs[i], "pg_ctl")) {
-			return dirs[i], nil
+	for _, dir := range slices.Backward(dirs) {
+		if isExec(filepath.Join(dir, "initdb")) && isExec(filepath.Join(dir, "pg_ctl")) {
+			return dir, nil
 		}
 	}
 	if p, err := exec.LookPath("initdb"); err == nil {
@@ -164,7 +165,7 @@ func (c *cluster) start(ctx context.Context) error {
 // the URL says).
 func (c *cluster) startOn(ctx context.Context, keepPort bool) error {
 	var last error
-	for try := 0; try < 3; try++ {
+	for try := range 3 {
 		if try > 0 && keepPort {
 			sleepCtx(ctx, time.Second)
 		} else if c.port == 0 || try > 0 {

@@ -382,7 +382,7 @@ func (p *producer) newBatch() *Batch {
 	items := make([]Item, 0, n)
 	single := p.rng.IntN(2) == 0
 	part := p.pickPartition()
-	for i := 0; i < n; i++ {
+	for i := range n {
 		if i > 0 && p.rng.Float64() < lp.repeatProb {
 			// The same transaction id twice in one body (same partition):
 			// the repeat must be answered duplicate, naming the leader's id.
@@ -418,11 +418,9 @@ func (p *producer) deliver(ctx context.Context, b *Batch) {
 			// are up.
 			var wg sync.WaitGroup
 			var twin *Attempt
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				twin = lp.send(ctx, b, KindTwin, lp.eps.pick(slot+1))
-			}()
+			})
 			a := lp.send(ctx, b, KindFirst, lp.eps.pick(slot))
 			wg.Wait()
 			merge(a)
@@ -460,13 +458,11 @@ func (p *producer) storm(ctx context.Context) {
 	}
 	n := 1 + p.rng.IntN(3)
 	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
+	for range n {
 		slot := p.rng.IntN(1 << 20)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			p.lp.send(ctx, b, KindStorm, p.lp.eps.pick(slot))
-		}()
+		})
 	}
 	wg.Wait()
 }

@@ -55,7 +55,7 @@ func prepare() (string, error) {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, raw)
 	if err == nil {
-		conn.Close(ctx)
+		_ = conn.Close(ctx) // only a probe
 		return raw, nil
 	}
 	// The server may be up without the database: create it.
