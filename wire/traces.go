@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/segmentio/encoding/json"
@@ -128,7 +129,7 @@ func traceNames(raw json.RawMessage) ([]string, error) {
 		return []string{}, nil
 	}
 	for _, n := range names {
-		if !utf8.ValidString(n) || bytes.IndexByte([]byte(n), 0) >= 0 {
+		if !utf8.ValidString(n) || strings.IndexByte(n, 0) >= 0 {
 			return nil, errors.New("traceNames must be valid UTF-8 without NUL")
 		}
 	}

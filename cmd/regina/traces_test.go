@@ -56,6 +56,7 @@ func (b *testBroker) trace(t *testing.T, body any) (int, map[string]any) {
 	return status, out
 }
 
+//nolint:tparallel // the subtests read one state in order
 func TestTraces(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, "", nil)
