@@ -401,7 +401,7 @@ func newMessageView(m *reginatype.StoredMessage) messageView {
 		v.TraceID = new(m.TraceID.String())
 	}
 	if m.ProducerSub != "" {
-		v.ProducerSub = strPtr(m.ProducerSub)
+		v.ProducerSub = new(m.ProducerSub)
 	}
 	return v
 }

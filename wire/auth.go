@@ -59,8 +59,6 @@ func appendSub(b []byte, sub string) []byte {
 
 // producerSub is the subject stamped on the messages a request pushes: the
 // verified token's sub, "" when auth is off (or the path is skipped).
-//
-//nolint:unused // the stamping of producerSub on pushed messages uses it next
 func producerSub(ctx *fasthttp.RequestCtx) string {
 	if id, ok := ctx.UserValue(identityKey{}).(auth.Identity); ok {
 		return id.Subject
