@@ -58,11 +58,7 @@ func newAdminQueries(schema string) adminQueries {
 		adminConsumers: `SELECT c.partition_id, c.consumer_group, c.cursor_offset, c.lease_id, c.lease_expires_at,
 			       (c.lease_id IS NOT NULL AND c.lease_expires_at > now()), c.lease_from, c.lease_to,
 			       c.retry_count, c.updated_at,
-			       CASE WHEN c.cursor_offset < p.next_offset THEN coalesce(
-			           (SELECT s.created_at FROM queen.segments s WHERE s.partition_id = c.partition_id
-			               AND s.first_offset <= c.cursor_offset ORDER BY s.first_offset DESC LIMIT 1),
-			           (SELECT s.created_at FROM queen.segments s WHERE s.partition_id = c.partition_id
-			               AND s.first_offset > c.cursor_offset ORDER BY s.first_offset LIMIT 1)) END
+			       ` + oldestPendingAt + `
 			  FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
 			 WHERE c.partition_id = ANY($1::uuid[])
 			 ORDER BY c.partition_id, c.consumer_group`,

@@ -107,15 +107,20 @@ func (q *queries) consumerQueries() {
 		   AND ($2::text IS NULL OR g.queue_id = (SELECT id FROM queen.queues WHERE name = $2))`
 	q.seekTargetsExist = `SELECT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		 WHERE q.name = $1 AND ($2::text IS NULL OR p.name = $2))`
-	q.seek = `INSERT INTO queen.consumers (partition_id, consumer_group, cursor_offset)
-		SELECT p.id, $3, CASE WHEN $4::timestamptz IS NULL THEN p.next_offset
+	// Only the group's existing cursors move (partitions it never read
+	// follow its subscription on their first pop, as upstream); a seek to
+	// the end skips partitions that never had a message. RETURNING gives the
+	// stored time of each partition's newest message.
+	q.seek = `UPDATE queen.consumers c SET cursor_offset = CASE WHEN $4::timestamptz IS NULL THEN p.next_offset
 		       ELSE coalesce((SELECT s.first_offset FROM queen.segments s WHERE s.partition_id = p.id
-		                        AND s.created_at > $4::timestamptz ORDER BY s.first_offset LIMIT 1), p.next_offset) END
+		                        AND s.created_at > $4::timestamptz ORDER BY s.first_offset LIMIT 1), p.next_offset) END,
+		       lease_id = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL, retry_count = 0,
+		       updated_at = now()
 		  FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		 WHERE q.name = $1 AND ($2::text IS NULL OR p.name = $2)
-		ON CONFLICT (partition_id, consumer_group) DO UPDATE
-		   SET cursor_offset = EXCLUDED.cursor_offset, lease_id = NULL, lease_expires_at = NULL,
-		       lease_from = NULL, lease_to = NULL, retry_count = 0, updated_at = now()`
+		 WHERE c.partition_id = p.id AND c.consumer_group = $3 AND q.name = $1 AND ($2::text IS NULL OR p.name = $2)
+		   AND ($4::timestamptz IS NOT NULL OR p.next_offset > 0)
+		RETURNING (SELECT s.created_at FROM queen.segments s WHERE s.partition_id = p.id
+		            ORDER BY s.first_offset DESC LIMIT 1)`
 	q.lockPartition = `SELECT p.next_offset, q.name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		 WHERE p.id = $1 FOR UPDATE OF p`
 	// One row per group that dead-lettered it; several groups can hold the

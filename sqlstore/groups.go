@@ -86,33 +86,44 @@ func (s *Store) DeleteConsumerGroup(ctx context.Context, group, queue string, de
 	return n, nil
 }
 
-// Seek moves a group's cursors on a queue (one partition when partName is
-// not empty): to the end when at is zero, else to the first message created
-// after at. Live leases of the group there are dropped. It returns the
-// number of partitions moved; ok=false when the queue (or partition) does
-// not exist.
-func (s *Store) Seek(ctx context.Context, group, queue, partName string, at time.Time) (int64, bool, error) {
+// Seek moves a group's existing cursors on a queue (one partition when
+// partName is not empty): to the end when at is zero (skipping partitions
+// that never had a message), else to the first message stored after at.
+// Live leases of the group there are dropped. Partitions the group has no
+// cursor on are left alone.
+func (s *Store) Seek(ctx context.Context, group, queue, partName string, at time.Time) (reginatype.SeekResult, error) {
 	var ts *time.Time
 	if !at.IsZero() {
 		ts = &at
 	}
-	var exists bool
-	var n int64
+	var res reginatype.SeekResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, s.sql.seekTargetsExist, queue, nullIfEmpty(partName)).Scan(&exists); err != nil {
+		res = reginatype.SeekResult{}
+		if err := tx.QueryRow(ctx, s.sql.seekTargetsExist, queue, nullIfEmpty(partName)).Scan(&res.Found); err != nil {
 			return err
 		}
-		if !exists {
+		if !res.Found {
 			return nil
 		}
-		tag, err := tx.Exec(ctx, s.sql.seek, queue, nullIfEmpty(partName), group, ts)
-		n = tag.RowsAffected()
-		return err
+		rows, err := tx.Query(ctx, s.sql.seek, queue, nullIfEmpty(partName), group, ts)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var newest *time.Time
+			if err := rows.Scan(&newest); err != nil {
+				return err
+			}
+			res.Updated++
+			res.MovedTo = newest
+		}
+		return rows.Err()
 	})
 	if err != nil {
-		return 0, false, fmt.Errorf("seek %s on %s: %w", group, queue, classify(err))
+		return res, fmt.Errorf("seek %s on %s: %w", group, queue, classify(err))
 	}
-	return n, exists, nil
+	return res, nil
 }
 
 // SetSubscription moves the start point of a group on every queue where it

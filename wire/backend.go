@@ -63,7 +63,13 @@ type Admin interface {
 // Groups moves and deletes consumer groups' cursors.
 type Groups interface {
 	DeleteConsumerGroup(ctx context.Context, group, queue string, deleteMetadata bool) (int64, error)
-	Seek(ctx context.Context, group, queue, partition string, at time.Time) (updated int64, found bool, err error)
+	// Seek moves the group's existing cursors on the queue (one partition
+	// when partition is not empty): to the end when at is zero, else past
+	// the messages stored up to at.
+	Seek(ctx context.Context, group, queue, partition string, at time.Time) (reginatype.SeekResult, error)
+	// GroupCursors lists every group's cursors (one group's when group is
+	// not empty) and the time they were read at.
+	GroupCursors(ctx context.Context, group string) ([]reginatype.GroupCursor, time.Time, error)
 	SetSubscription(ctx context.Context, group string, at time.Time) (int64, error)
 }
 

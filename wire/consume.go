@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"strings"
@@ -482,7 +483,7 @@ func (s *Server) handleDeleteGroup(ctx *fasthttp.RequestCtx, group, queue string
 	}
 	v := map[string]any{"success": true, "consumerGroup": group, "deletedPartitions": n, "metadataDeleted": deleteMeta}
 	if queue != "" {
-		v["queue"] = queue
+		v["queueName"], v["queue"] = queue, queue
 	}
 	writeJSON(ctx, fasthttp.StatusOK, v)
 }
@@ -509,6 +510,7 @@ func (s *Server) handleSetSubscription(ctx *fasthttp.RequestCtx, group string) {
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group,
+		"newTimestamp": v, "rowsUpdated": n,
 		"subscriptionTimestamp": t.UTC().Format(time.RFC3339Nano), "queuesUpdated": n})
 }
 
@@ -531,32 +533,67 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx, group, queue, part string, needT
 			return
 		}
 	}
-	var at time.Time
-	switch {
-	case kindOf(r.Timestamp) == kindString:
-		v, _ := rawString(r.Timestamp)
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			writeError(ctx, fasthttp.StatusBadRequest, "timestamp must be an RFC 3339 timestamp")
-			return
-		}
-		at = t
-	case string(r.ToEnd) == "true" || !needTarget:
-	default:
-		writeError(ctx, fasthttp.StatusBadRequest, "Either toEnd: true or timestamp is required")
+	at, err := seekTarget(r.ToEnd, r.Timestamp, needTarget)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	n, ok, err := s.b.Groups.Seek(ctx, group, queue, part, at)
+	res, err := s.b.Groups.Seek(ctx, group, queue, part, at)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
 	}
-	if !ok {
-		writeError(ctx, fasthttp.StatusNotFound, "Queue or partition not found")
+	if !res.Found {
+		if part != "" {
+			writeError(ctx, fasthttp.StatusNotFound, "Partition not found")
+		} else {
+			writeError(ctx, fasthttp.StatusNotFound, "Queue not found")
+		}
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queue": queue,
-		"partitionsUpdated": n})
+	if part != "" {
+		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queue,
+			"queue": queue, "partitionName": part, "updated": res.Updated > 0, "partitionsUpdated": res.Updated,
+			"cursorMovedTo": timePtr(res.MovedTo)})
+		return
+	}
+	var target *string
+	if !at.IsZero() {
+		target = new(timeMillis(at))
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group, "queueName": queue,
+		"queue": queue, "seekToEnd": at.IsZero(), "targetTimestamp": target, "partitionsUpdated": res.Updated})
+}
+
+// seekTarget reads a seek's body: toEnd (a boolean) wins over timestamp (an
+// RFC 3339 string); the zero time means the end. Without needTarget (one
+// partition's seek) the body is ignored: always the end.
+func seekTarget(toEnd, timestamp json.RawMessage, needTarget bool) (time.Time, error) {
+	if !needTarget {
+		return time.Time{}, nil
+	}
+	switch kindOf(toEnd) {
+	case kindMissing, kindNull:
+	case kindBool:
+		if string(bytes.TrimSpace(toEnd)) == "true" {
+			return time.Time{}, nil
+		}
+	default:
+		return time.Time{}, errors.New("toEnd must be a boolean")
+	}
+	switch kindOf(timestamp) {
+	case kindMissing, kindNull:
+		return time.Time{}, errors.New("Must specify either 'toEnd': true or 'timestamp'")
+	case kindString:
+		v, _ := rawString(timestamp)
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return time.Time{}, errors.New("timestamp must be an RFC 3339 timestamp")
+		}
+		return t, nil
+	default:
+		return time.Time{}, errors.New("timestamp must be an RFC 3339 timestamp")
+	}
 }
 
 // handleRetryMessage serves POST /api/v1/messages/:partitionId/:transactionId/retry:

@@ -118,7 +118,7 @@ func TestRouteErrors(t *testing.T) {
 		{"POST", "/health", "GET, OPTIONS"},
 		{"PUT", "/api/v1/resources/queues/q", "GET, DELETE, OPTIONS"},
 		{"HEAD", "/api/v1/pop/queue/q", "GET, OPTIONS"}, // a pop changes state: no HEAD
-		{"GET", "/api/v1/consumer-groups/g", "DELETE, OPTIONS"},
+		{"POST", "/api/v1/consumer-groups/g", "GET, DELETE, OPTIONS"},
 		{"DELETE", "/api/v1/messages/p/t", "GET, OPTIONS"},
 	} {
 		resp := serve(tc.method, tc.uri)
