@@ -27,7 +27,7 @@ help: ## Show this list of targets
 	@echo 'Variables: ARGS (run, loadtest, faults), GOTESTFLAGS (e.g. -race, -run X, -v),'
 	@echo '           ITERATIONS (bench), FUZZTIME (fuzz), DURATION (faults, compare),'
 	@echo '           WARMUP ITEMS ROUNDS SCALE_PARTITIONS SCALE_HASHES (compare),'
-	@echo '           QUEEN_URL QUEEN_DATABASE (compare: also an upstream Queen server you run),'
+	@echo '           QUEEN_URL QUEEN_DATABASE (compare: also a Queen server you run),'
 	@echo '           DATABASE_URL (use this PostgreSQL instead of a local one).'
 
 build: ## Build bin/regina and bin/regina-loadtest
@@ -99,7 +99,7 @@ SCALE_PARTITIONS ?= 1,16,1000,10000
 SCALE_HASHES ?= 100k,1M,10M
 SCALE_ROUNDS ?= 1
 
-compare: ## Regina vs PostgreSQL ceiling vs JetStream [vs QUEEN_URL] -> bench/RESULTS.md
+compare: ## Regina vs pgx ceiling vs JetStream [vs QUEEN_URL]; bench/RESULTS.md
 	$(GO) build -o bin/regina-compare ./bench/compare
 	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -database-url "$$url" $(COMPARE_FLAGS) \
 		-rounds $(call cmp_var,ROUNDS,3) -command '$(COMPARE_CMD)' \
