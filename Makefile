@@ -99,7 +99,7 @@ SCALE_PARTITIONS ?= 1,16,1000,10000
 SCALE_HASHES ?= 100k,1M,10M
 SCALE_ROUNDS ?= 1
 
-compare: ## Regina vs pgx ceiling vs JetStream [vs QUEEN_URL]; bench/RESULTS.md
+compare: ## Regina vs pgx ceiling vs JetStream [vs QUEEN_URL]: RESULTS.md
 	$(GO) build -o bin/regina-compare ./bench/compare
 	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -database-url "$$url" $(COMPARE_FLAGS) \
 		-rounds $(call cmp_var,ROUNDS,3) -command '$(COMPARE_CMD)' \
