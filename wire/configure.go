@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/segmentio/encoding/json"
@@ -23,11 +24,40 @@ type rawConfigure struct {
 type ConfigureRequest struct {
 	Queue, Namespace, Task string
 	Options                partition.QueueOptions
+	// IgnoredOptions are the keys of "options" the broker does not know,
+	// sorted; IgnoredFields the unknown keys at the top level. Both are
+	// accepted (as upstream does) and reported in the answer, because a
+	// typo there otherwise resets the option it meant to its default.
+	IgnoredOptions, IgnoredFields []string
+}
+
+// configureOptions are the keys of "options" the broker reads.
+var configureOptions = map[string]bool{
+	"leaseTime": true, "retryLimit": true, "retryDelay": true, "maxSize": true, "ttl": true, "priority": true,
+	"delayedProcessing": true, "windowBuffer": true, "retentionSeconds": true, "completedRetentionSeconds": true,
+	"maxWaitTimeSeconds": true, "dedupWindowSeconds": true, "deadLetterQueue": true, "dlqAfterMaxRetries": true,
+	"retentionEnabled": true, "encryptionEnabled": true,
+}
+
+// configureFields are the top-level keys of a configure body.
+var configureFields = map[string]bool{"queue": true, "namespace": true, "task": true, "options": true}
+
+// unknownKeys returns the keys of m that known lacks, sorted.
+func unknownKeys(m map[string]json.RawMessage, known map[string]bool) []string {
+	var out []string
+	for k := range m {
+		if !known[k] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // DecodeConfigure decodes and validates a configure body. Options left out
-// take their defaults (configure is a full replace); unknown options are
-// ignored, as upstream does.
+// take their defaults (configure is a full replace); unknown keys are
+// ignored, as upstream does, and listed in IgnoredOptions and
+// IgnoredFields.
 func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 	var req ConfigureRequest
 	if err := checkBody(body); err != nil {
@@ -38,6 +68,10 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 	}
 	var raw rawConfigure
 	if err := unmarshal(body, &raw); err != nil {
+		return req, invalidJSON(err)
+	}
+	var top map[string]json.RawMessage
+	if err := unmarshal(body, &top); err != nil {
 		return req, invalidJSON(err)
 	}
 	if kindOf(raw.Queue) != kindString {
@@ -58,6 +92,8 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 	if kindOf(raw.Task) == kindString {
 		req.Task, _ = rawString(raw.Task)
 	}
+	req.IgnoredFields = unknownKeys(top, configureFields)
+	req.IgnoredOptions = unknownKeys(raw.Options, configureOptions)
 	req.Options = partition.DefaultQueueOptions()
 	o := &req.Options
 	ints := []struct {
@@ -132,9 +168,17 @@ func (s *Server) handleConfigure(ctx *fasthttp.RequestCtx) {
 		s.writeCoreError(ctx, err)
 		return
 	}
+	if len(req.IgnoredOptions) > 0 || len(req.IgnoredFields) > 0 {
+		// One line per call: configure is rare, and a typo here silently
+		// reset an option to its default (configure is a full replace).
+		s.log.Warn().Str("queue", req.Queue).Strs("ignored_options", req.IgnoredOptions).
+			Strs("ignored_fields", req.IgnoredFields).
+			Msg("configure: unknown keys ignored; the options they may have meant took their defaults")
+	}
 	writeJSON(ctx, fasthttp.StatusOK, configureResponse{
 		Configured: true, QueueID: res.QueueID.String(), PartitionID: res.DefaultPartitionID.String(),
 		Queue: req.Queue, Namespace: res.Namespace, Task: res.Task, Options: res.Options,
+		IgnoredOptions: req.IgnoredOptions, IgnoredFields: req.IgnoredFields,
 	})
 }
 
@@ -146,6 +190,9 @@ type configureResponse struct {
 	Namespace   string                 `json:"namespace"`
 	Task        string                 `json:"task"`
 	Options     partition.QueueOptions `json:"options"`
+	// IgnoredOptions and IgnoredFields are left out when empty.
+	IgnoredOptions []string `json:"ignoredOptions,omitempty"`
+	IgnoredFields  []string `json:"ignoredFields,omitempty"`
 }
 
 // timeMillis formats t the way Queen's admin views do (milliseconds, UTC).

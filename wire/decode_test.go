@@ -246,7 +246,10 @@ func TestDecodeConfigureAccepts(t *testing.T) {
 			o.RetryLimit, o.RetryDelay = 5, 1000
 			return o
 		}()}},
-		{"unknown options ignored", `{"queue":"q","options":{"fancy":"yes","leaseTimes":-1,"autoAck":[1]}}`, ConfigureRequest{Queue: "q", Options: defaults}},
+		{"unknown options ignored and listed, sorted", `{"queue":"q","options":{"fancy":"yes","leaseTimes":-1,"autoAck":[1]}}`,
+			ConfigureRequest{Queue: "q", Options: defaults, IgnoredOptions: []string{"autoAck", "fancy", "leaseTimes"}}},
+		{"unknown top-level keys ignored and listed", `{"queue":"q","option":{"leaseTime":5},"ttl":1}`,
+			ConfigureRequest{Queue: "q", Options: defaults, IgnoredFields: []string{"option", "ttl"}}},
 		{"non-string namespace and task ignored", `{"queue":"q","namespace":5,"task":{"a":1}}`, ConfigureRequest{Queue: "q", Options: defaults}},
 		{"null namespace and task ignored", `{"queue":"q","namespace":null,"task":null}`, ConfigureRequest{Queue: "q", Options: defaults}},
 		{"escaped names", `{"queue":"q\u00e9","namespace":"n\"s","task":"t\\k"}`, ConfigureRequest{Queue: "qé", Namespace: `n"s`, Task: `t\k`, Options: defaults}},

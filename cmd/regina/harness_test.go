@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,6 +48,32 @@ type testBroker struct {
 // adjust the configuration before start.
 func startBroker(t *testing.T, schema string, mutate func(*Config)) *testBroker {
 	t.Helper()
+	return startBrokerLog(t, schema, mutate, nil)
+}
+
+// syncBuffer is a bytes.Buffer safe for a broker's log writer and a test
+// reading it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// startBrokerLog is startBroker with the broker's log (JSON lines, level
+// info and up) written to logw when it is not nil.
+func startBrokerLog(t *testing.T, schema string, mutate func(*Config), logw io.Writer) *testBroker {
+	t.Helper()
 	if schema == "" {
 		schema = sqlstoretest.NewSchema(t)
 	}
@@ -57,6 +84,9 @@ func startBroker(t *testing.T, schema string, mutate func(*Config)) *testBroker 
 	log := zerolog.Nop()
 	if os.Getenv("REGINA_TEST_LOG") != "" {
 		log = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
+	}
+	if logw != nil {
+		log = zerolog.New(logw).Level(zerolog.InfoLevel)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
