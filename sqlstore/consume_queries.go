@@ -138,13 +138,17 @@ func (q *queries) consumerQueries() {
 	q.setSubscription = `UPDATE queen.consumer_groups SET subscription_from = $2 WHERE consumer_group = $1`
 
 	// Consumed segments: older than completedRetentionSeconds and below every
-	// group's cursor on the partition (kept while no group has read them).
+	// group's cursor on the partition (kept while no group has read them);
+	// only the run of such segments at the start of the log (see purgeSegments).
 	q.purgeConsumed = `DELETE FROM queen.segments s USING (
 			SELECT first_offset FROM (
-				SELECT first_offset, frame_count, created_at FROM queen.segments
-				 WHERE partition_id = $1 ORDER BY first_offset LIMIT $3) o
-			 WHERE o.created_at < now() - make_interval(secs => $2)
-			   AND o.first_offset + o.frame_count <= (SELECT min(c.cursor_offset) FROM queen.consumers c
-			                                          WHERE c.partition_id = $1)) d
+				SELECT first_offset,
+				       bool_and(coalesce(created_at < now() - make_interval(secs => $2)
+				                 AND first_offset + frame_count <= (SELECT min(c.cursor_offset) FROM queen.consumers c
+				                                                     WHERE c.partition_id = $1), false))
+				         OVER (ORDER BY first_offset) AS expired
+				  FROM (SELECT first_offset, frame_count, created_at FROM queen.segments
+				         WHERE partition_id = $1 ORDER BY first_offset LIMIT $3) o) e
+			 WHERE e.expired) d
 		WHERE s.partition_id = $1 AND s.first_offset = d.first_offset`
 }

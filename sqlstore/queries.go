@@ -112,21 +112,30 @@ func newQueries(schema string) queries {
 				CASE WHEN q.retention_enabled AND q.completed_retention_seconds > 0 THEN q.completed_retention_seconds ELSE 0 END
 			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id`,
 		// One bounded, autocommitting step: of the partition's oldest
-		// batchSize rows (by offset, through the primary key), those past the
-		// cutoff. created_at grows with the offset (up to the lock wait of a
-		// concurrent push), so expired rows form a prefix; reading a bounded
-		// prefix keeps a pass cheap even when nothing has expired.
+		// batchSize rows (by offset, through the primary key), the run of
+		// expired ones at the start. Only a prefix ever goes: created_at is
+		// the pushing transaction's start, so a push that waited for the
+		// partition lock can hold a later offset with an earlier created_at
+		// than its predecessor; deleting every expired row of the window
+		// would then punch a hole into the log. Reading a bounded prefix
+		// keeps a pass cheap even when nothing has expired.
 		purgeLogTxns: `DELETE FROM queen.log_txns l USING (
 				SELECT first_offset FROM (
-					SELECT first_offset, created_at FROM queen.log_txns
-					 WHERE partition_id = $1 ORDER BY first_offset LIMIT $3) o
-				 WHERE o.created_at < now() - make_interval(secs => $2)) d
+					SELECT first_offset,
+					       bool_and(coalesce(created_at < now() - make_interval(secs => $2), false))
+					         OVER (ORDER BY first_offset) AS expired
+					  FROM (SELECT first_offset, created_at FROM queen.log_txns
+					         WHERE partition_id = $1 ORDER BY first_offset LIMIT $3) o) e
+				 WHERE e.expired) d
 			WHERE l.partition_id = $1 AND l.first_offset = d.first_offset`,
 		purgeSegments: `DELETE FROM queen.segments s USING (
 				SELECT first_offset FROM (
-					SELECT first_offset, created_at FROM queen.segments
-					 WHERE partition_id = $1 ORDER BY first_offset LIMIT $3) o
-				 WHERE o.created_at < now() - make_interval(secs => $2)) d
+					SELECT first_offset,
+					       bool_and(coalesce(created_at < now() - make_interval(secs => $2), false))
+					         OVER (ORDER BY first_offset) AS expired
+					  FROM (SELECT first_offset, created_at FROM queen.segments
+					         WHERE partition_id = $1 ORDER BY first_offset LIMIT $3) o) e
+				 WHERE e.expired) d
 			WHERE s.partition_id = $1 AND s.first_offset = d.first_offset`,
 	}
 	q.consumerQueries()

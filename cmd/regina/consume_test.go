@@ -517,6 +517,50 @@ func TestRetentionRemovesConsumedSegments(t *testing.T) {
 	require.Equal(t, "done-Default-1", b.pop(t, "done", "", nil).Messages[0].TransactionID)
 }
 
+// TestRetentionRemovesOnlyAnExpiredPrefix: created_at is the pushing
+// transaction's start, so a push that waited for the partition lock can sit
+// at a later offset with an earlier created_at than the segment before it.
+// Retention must stop at the first segment it keeps (a soak found it
+// deleting the expired ones behind it too: a hole in the log, messages
+// never delivered). Each of the three purges is checked.
+func TestRetentionRemovesOnlyAnExpiredPrefix(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	b.configure(t, "pre", map[string]any{"retentionEnabled": true, "retentionSeconds": 60})
+	b.configure(t, "pre-done", map[string]any{"retentionEnabled": true, "completedRetentionSeconds": 60})
+	for _, q := range []string{"pre", "pre-done"} {
+		for i := range 4 {
+			pushN(t, b, q, "Default", i, 1)
+		}
+	}
+	// Everything consumed on pre-done (so only created_at holds segments back).
+	for range 4 {
+		r := b.pop(t, "pre-done", "", nil)
+		require.Len(t, r.Messages, 1)
+		b.ack(t, r.Messages[0], "completed", "")
+	}
+	// Offsets 0, 1 and 3 expired; offset 2 (and its hashes) not.
+	d.exec(t, `UPDATE queen.segments SET created_at = now() - interval '2 hours' WHERE first_offset <> 2`)
+	d.exec(t, `UPDATE queen.log_txns SET created_at = now() - interval '2 hours' WHERE first_offset <> 2`)
+	st := sqlstoretest.OpenSchema(t, b.Schema)
+	stats, err := st.RetainOnce(context.Background(), 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), stats.Segments, "offsets 0 and 1 of each queue")
+	require.Equal(t, int64(4), stats.LogTxns, "offsets 0 and 1 of each queue")
+	for _, q := range []string{"pre", "pre-done"} {
+		require.Equal(t, int64(2), d.int(t, `SELECT count(*) FROM queen.segments s JOIN queen.partitions p ON p.id = s.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 AND s.first_offset IN (2, 3)`, q), q)
+		require.Equal(t, int64(2), d.int(t, `SELECT count(*) FROM queen.log_txns l JOIN queen.partitions p ON p.id = l.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 AND l.first_offset IN (2, 3)`, q), q)
+	}
+	// The log has no hole: a consumer of pre reads offsets 2 and 3.
+	r := b.pop(t, "pre", "", url.Values{"batch": {"10"}})
+	require.Len(t, r.Messages, 2)
+	require.Equal(t, "pre-Default-2", r.Messages[0].TransactionID)
+	require.Equal(t, "pre-Default-3", r.Messages[1].TransactionID)
+}
+
 func TestReplayOutOfTheDLQIsNotSwallowedByDedup(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, "", nil)
