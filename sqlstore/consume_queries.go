@@ -13,6 +13,7 @@ func (q *queries) consumerQueries() {
 		UNION ALL
 		SELECT subscription_from FROM queen.consumer_groups WHERE queue_id = $1 AND consumer_group = $2
 		LIMIT 1`
+	q.readGroup = `SELECT subscription_from FROM queen.consumer_groups WHERE queue_id = $1 AND consumer_group = $2`
 	q.popPartitionByName = `SELECT id, name FROM queen.partitions WHERE queue_id = $1 AND name = $2`
 	// Partitions with unread data for the group and no live lease, least
 	// recently served first.

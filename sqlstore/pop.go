@@ -58,8 +58,16 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 			if !req.SubscriptionFrom.IsZero() {
 				from = &req.SubscriptionFrom
 			}
-			if err := tx.QueryRow(ctx, s.sql.ensureGroup, q.id, req.Group, req.SubscriptionNew, from).Scan(&subFrom); err != nil {
-				return err
+			err := tx.QueryRow(ctx, s.sql.ensureGroup, q.id, req.Group, req.SubscriptionNew, from).Scan(&subFrom)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// A concurrent first pop of the group inserted the row and
+				// committed while this insert waited on it: ON CONFLICT
+				// returned nothing, and the statement's snapshot predates
+				// that commit. A new statement (READ COMMITTED) sees it.
+				err = tx.QueryRow(ctx, s.sql.readGroup, q.id, req.Group).Scan(&subFrom)
+			}
+			if err != nil {
+				return fmt.Errorf("consumer group %q: %w", req.Group, err)
 			}
 		}
 		var candidates []reginatype.ClaimedPartition

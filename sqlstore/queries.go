@@ -24,7 +24,7 @@ type queries struct {
 	purgeSegments                                 string
 	purgeConsumed                                 string
 
-	popQueue, ensureGroup, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
+	popQueue, ensureGroup, readGroup, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
 	windowBufferBusy, readSegments, popAutoAck, popLease string
 	ackPartitionInfo, lockConsumerForAck, resolveOffsets, updateConsumerAfterAck, segmentAt,
 	insertDLQ, extendLease string
@@ -145,7 +145,7 @@ func newQueries(schema string) queries {
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,
 		&q.retentionTargets, &q.purgeLogTxns, &q.purgeSegments, &q.purgeConsumed,
-		&q.popQueue, &q.ensureGroup, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
+		&q.popQueue, &q.ensureGroup, &q.readGroup, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
 		&q.windowBufferBusy, &q.readSegments, &q.popAutoAck, &q.popLease,
 		&q.ackPartitionInfo, &q.lockConsumerForAck, &q.resolveOffsets, &q.updateConsumerAfterAck, &q.segmentAt,
 		&q.insertDLQ, &q.extendLease,

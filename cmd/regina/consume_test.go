@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -559,6 +560,58 @@ func TestRetentionRemovesOnlyAnExpiredPrefix(t *testing.T) {
 	require.Len(t, r.Messages, 2)
 	require.Equal(t, "pre-Default-2", r.Messages[0].TransactionID)
 	require.Equal(t, "pre-Default-3", r.Messages[1].TransactionID)
+}
+
+// TestNewGroupFirstPopRacingAnother: the first pop of a new consumer group
+// inserts its consumer_groups row; a second first pop, whose insert waited
+// on that row until it committed, found nothing in its statement's snapshot
+// and answered 500 (seen in a soak). An outside session plays the first pop:
+// it inserts the row and commits only once the broker's pop waits on it.
+func TestNewGroupFirstPopRacingAnother(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	pushN(t, b, "race", "Default", 0, 1)
+	ctx := context.Background()
+	conn, err := d.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, d.q(`INSERT INTO queen.consumer_groups (queue_id, consumer_group)
+		SELECT id, 'g-race' FROM queen.queues WHERE name = 'race'`))
+	require.NoError(t, err)
+
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := http.Get(b.URL + "/api/v1/pop/queue/race?consumerGroup=g-race")
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- answer{status: resp.StatusCode, body: string(body), err: err}
+	}()
+	// The pop's insert waits on the uncommitted row.
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if d.int(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND query LIKE '%consumer_groups%' AND pid <> pg_backend_pid()`) == 0 {
+			return errNotYet
+		}
+		return nil
+	})
+	require.NoError(t, tx.Commit(ctx))
+	a := <-done
+	require.NoError(t, a.err)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	require.Contains(t, a.body, `"transactionId":"race-Default-0"`)
 }
 
 func TestReplayOutOfTheDLQIsNotSwallowedByDedup(t *testing.T) {
