@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -45,10 +46,32 @@ func queryInt(args *fasthttp.Args, key string, def int) int {
 	return n
 }
 
+// SubscriptionModes are the values of subscriptionMode a pop accepts (and
+// DEFAULT_SUBSCRIPTION_MODE may name), in the order error messages list
+// them: every value Queen's clients send. "all" and "from_beginning" start a
+// new named group at the beginning of what is stored; "new" and "new-only"
+// (Queen documents it as an alias of "new") skip the history.
+var SubscriptionModes = []string{"all", "from_beginning", "new", "new-only"}
+
+// SubscriptionSkipsHistory reports whether subscriptionMode mode starts a
+// new group at the time of its first pop; "" means "all". Any other value
+// is an error listing the accepted ones.
+func SubscriptionSkipsHistory(mode string) (bool, error) {
+	switch mode {
+	case "", "all", "from_beginning":
+		return false, nil
+	case "new", "new-only":
+		return true, nil
+	}
+	return false, fmt.Errorf("subscriptionMode %q is not one of %s (empty means all)",
+		mode, strings.Join(SubscriptionModes, ", "))
+}
+
 // DecodePop reads a pop's query parameters. Bad integers fall back to their
 // defaults, as upstream does; a bad subscriptionFrom or subscriptionMode is a
-// 400.
-func DecodePop(queue, part string, args *fasthttp.Args) (PopParams, error) {
+// 400. defaultMode is the subscriptionMode of a pop that names none
+// (DEFAULT_SUBSCRIPTION_MODE, checked at start).
+func DecodePop(queue, part string, args *fasthttp.Args, defaultMode string) (PopParams, error) {
 	var p PopParams
 	r := &p.Req
 	r.Queue, r.Partition = queue, part
@@ -59,13 +82,15 @@ func DecodePop(queue, part string, args *fasthttp.Args) (PopParams, error) {
 	r.Batch = min(max(queryInt(args, "batch", 1), 1), MaxPopBatch)
 	r.Partitions = min(max(queryInt(args, "partitions", 1), 1), 1000)
 	r.AutoAck = queryBool(args, "autoAck")
-	switch mode := string(args.Peek("subscriptionMode")); mode {
-	case "", "all":
-	case "new", "new-only":
-		r.SubscriptionNew = true
-	default:
-		return p, errors.New("subscriptionMode must be all, new or new-only")
+	mode := string(args.Peek("subscriptionMode"))
+	if mode == "" {
+		mode = defaultMode
 	}
+	skip, err := SubscriptionSkipsHistory(mode)
+	if err != nil {
+		return p, err
+	}
+	r.SubscriptionNew = skip
 	switch from := string(args.Peek("subscriptionFrom")); from {
 	case "":
 	case "now":
@@ -85,7 +110,7 @@ func DecodePop(queue, part string, args *fasthttp.Args) (PopParams, error) {
 }
 
 func (s *Server) handlePop(ctx *fasthttp.RequestCtx, queue, part string) {
-	p, err := DecodePop(queue, part, ctx.QueryArgs())
+	p, err := DecodePop(queue, part, ctx.QueryArgs(), s.cfg.DefaultSubscriptionMode)
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return

@@ -46,6 +46,10 @@ type Config struct {
 	// its Snapshot feeds the JSON views (/metrics, /api/v1/status). nil: a
 	// private one without a snapshot source.
 	Metrics *metrics.Metrics
+	// DefaultSubscriptionMode is the subscriptionMode of a pop that names
+	// none (DEFAULT_SUBSCRIPTION_MODE); "" means "all". New panics on a
+	// value SubscriptionSkipsHistory refuses (check it at start).
+	DefaultSubscriptionMode string
 	// Auth checks every routed request against its route's Role; nil (or
 	// an Authenticator with auth off) serves every route to anyone.
 	Auth *auth.Authenticator
@@ -78,6 +82,9 @@ func New(b Backend, cfg Config) *Server {
 	}
 	if cfg.Instance == "" {
 		cfg.Instance, _ = os.Hostname()
+	}
+	if _, err := SubscriptionSkipsHistory(cfg.DefaultSubscriptionMode); err != nil {
+		panic("wire.New: DefaultSubscriptionMode: " + err.Error())
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(metrics.Config{})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/regina-mq/regina/internal/auth"
+	"github.com/regina-mq/regina/wire"
 )
 
 // Config is everything the broker reads at start, from environment variables
@@ -49,6 +50,10 @@ type Config struct {
 	IdleTimeout  time.Duration
 	// ShutdownTimeout bounds the drain on SIGTERM; 0 does not wait.
 	ShutdownTimeout time.Duration
+
+	// DefaultSubscriptionMode is the subscriptionMode of a pop that names
+	// none ("" = all), as Queen's DEFAULT_SUBSCRIPTION_MODE.
+	DefaultSubscriptionMode string
 
 	LogLevel  string
 	LogFormat string
@@ -136,6 +141,12 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.IdleTimeout }},
 	{env: "SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "30000", help: "ms to drain on SIGTERM",
 		zeroIsValue: true, field: func(c *Config) any { return &c.ShutdownTimeout }},
+	{env: "DEFAULT_SUBSCRIPTION_MODE", flag: "default-subscription-mode", zeroIsValue: true,
+		help:  "subscriptionMode of a pop that names none: all, from_beginning, new or new-only (empty = all)",
+		field: func(c *Config) any { return &c.DefaultSubscriptionMode }, check: func(c *Config) error {
+			_, err := wire.SubscriptionSkipsHistory(c.DefaultSubscriptionMode)
+			return err
+		}},
 	{env: "LOG_LEVEL", flag: "log-level", def: "info", help: "debug, info, warn or error",
 		oneOf: []string{"debug", "info", "warn", "error"}, field: func(c *Config) any { return &c.LogLevel }},
 	{env: "PPROF_ADDR", flag: "pprof-addr", zeroIsValue: true,

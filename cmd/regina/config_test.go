@@ -215,6 +215,9 @@ func TestLoadConfigValues(t *testing.T) {
 		{"QUEEN_SCHEMA", "regina_test", func(t *testing.T, c Config) { require.Equal(t, "regina_test", c.Schema) }},
 		{"LOG_LEVEL", "error", func(t *testing.T, c Config) { require.Equal(t, "error", c.LogLevel) }},
 		{"LOG_FORMAT", "json", func(t *testing.T, c Config) { require.Equal(t, "json", c.LogFormat) }},
+		{"DEFAULT_SUBSCRIPTION_MODE", "new-only", func(t *testing.T, c Config) {
+			require.Equal(t, "new-only", c.DefaultSubscriptionMode)
+		}},
 		{"HOST", "127.0.0.1", func(t *testing.T, c Config) { require.Equal(t, "127.0.0.1:6632", c.Addr()) }},
 	}
 	for _, tc := range tests {
@@ -264,6 +267,7 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"LOG_LEVEL", "log-level", "loud"},
 		{"LOG_LEVEL", "log-level", "INFO"},
 		{"LOG_FORMAT", "log-format", "xml"},
+		{"DEFAULT_SUBSCRIPTION_MODE", "default-subscription-mode", "latest"},
 		{"DATABASE_URL", "database-url", "nonsense"},
 		{"QUEEN_SCHEMA", "schema", `bad"name`},
 		{"DB_POOL_SIZE", "db-pool-size", "0"},

@@ -360,6 +360,57 @@ func TestSubscriptionModeNewSkipsHistory(t *testing.T) {
 	require.Len(t, b.pop(t, "hist", "a", url.Values{"consumerGroup": {"all"}, "batch": {"10"}}).Messages, 5)
 }
 
+// TestSubscriptionModeValues pins every subscriptionMode Queen's clients
+// send: all and from_beginning read a new group's history, new and new-only
+// skip it, anything else is a 400 naming the accepted values that creates
+// nothing.
+func TestSubscriptionModeValues(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	pushN(t, b, "modes", "a", 0, 3)
+	for mode, want := range map[string]int{"all": 3, "from_beginning": 3, "new": 0, "new-only": 0, "": 3} {
+		group := "g-" + mode
+		r := b.pop(t, "modes", "", url.Values{"consumerGroup": {group}, "subscriptionMode": {mode}, "batch": {"10"}})
+		require.Len(t, r.Messages, want, "subscriptionMode=%q", mode)
+		// On both routes.
+		r = b.pop(t, "modes", "a", url.Values{"consumerGroup": {group + "-p"}, "subscriptionMode": {mode}, "batch": {"10"}})
+		require.Len(t, r.Messages, want, "subscriptionMode=%q, named partition", mode)
+	}
+	// The groups that skipped history get what comes next.
+	pushN(t, b, "modes", "a", 3, 1)
+	for _, g := range []string{"g-new", "g-new-only"} {
+		r := b.pop(t, "modes", "", url.Values{"consumerGroup": {g}, "batch": {"10"}})
+		require.Len(t, r.Messages, 1, g)
+		require.Equal(t, "modes-a-3", r.Messages[0].TransactionID)
+	}
+
+	for _, bad := range []string{"NEW", "latest", "from-beginning"} {
+		for _, path := range []string{"/api/v1/pop/queue/modes", "/api/v1/pop/queue/modes/partition/a"} {
+			code, body := do(t, "GET", b.URL+path+"?consumerGroup=bad&subscriptionMode="+bad, nil)
+			require.Equal(t, http.StatusBadRequest, code, "%s", body)
+			var e struct{ Error string }
+			require.NoError(t, json.Unmarshal(body, &e), "%s", body)
+			require.Equal(t, fmt.Sprintf("subscriptionMode %q is not one of all, from_beginning, new, new-only (empty means all)", bad), e.Error)
+		}
+	}
+	// The refused pops created no group.
+	_, body := do(t, "GET", b.URL+"/api/v1/consumer-groups/bad", nil)
+	require.JSONEq(t, `{}`, string(body))
+}
+
+// TestDefaultSubscriptionMode: DEFAULT_SUBSCRIPTION_MODE applies to pops
+// that name no mode; an explicit one wins.
+func TestDefaultSubscriptionMode(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", func(c *Config) { c.DefaultSubscriptionMode = "new" })
+	pushN(t, b, "dflt", "a", 0, 2)
+	require.Empty(t, b.pop(t, "dflt", "", url.Values{"consumerGroup": {"late"}, "batch": {"10"}}).Messages)
+	require.Len(t, b.pop(t, "dflt", "", url.Values{"consumerGroup": {"early"}, "subscriptionMode": {"from_beginning"},
+		"batch": {"10"}}).Messages, 2)
+	// Queue mode ignores subscriptions.
+	require.Len(t, b.pop(t, "dflt", "", url.Values{"batch": {"10"}}).Messages, 2)
+}
+
 func TestLongPoll(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, "", nil)

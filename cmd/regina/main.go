@@ -136,7 +136,8 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
 		Acker: store, Admin: store, Groups: store, Traces: store, Pinger: store,
 	}, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
-		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance})
+		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance,
+		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode})
 
 	if cfg.PprofAddr != "" {
 		pln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.PprofAddr)
