@@ -21,6 +21,8 @@ type LinkedStore interface {
 	ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID, group string) (string, []reginatype.Replayed, error)
 	// DeleteQueue deletes a queue and returns its partitions.
 	DeleteQueue(ctx context.Context, queue string) (bool, []partition.UUID, error)
+	// StreamCycle commits a stream cycle (state, sink pushes, ack) atomically.
+	StreamCycle(ctx context.Context, c reginatype.StreamCycle) (reginatype.CycleResult, error)
 }
 
 // Linked runs the store calls that the push pipeline has to know about,
@@ -90,6 +92,24 @@ func (l *Linked) Pop(ctx context.Context, req reginatype.PopRequest, wait time.D
 func (l *Linked) Transaction(ctx context.Context, pushes []reginatype.TxnPush, acks []reginatype.TxnAck,
 	leases []partition.UUID) (reginatype.TxnResult, error) {
 	res, err := l.store.Transaction(ctx, pushes, acks, leases)
+	if err != nil {
+		return res, err
+	}
+	for _, w := range res.Written {
+		l.reg.signals.notify(w.Queue)
+	}
+	return res, nil
+}
+
+// StreamCycle commits a stream cycle (see LinkedStore) and wakes
+// long-polling consumers of the sink queues written. Its sink pushes are
+// written like a transaction's, beside the partition actors and under the
+// same partition row lock, with the same consequence for the dedup cache
+// (see Transaction): the segments lie above what the cache vouches for, so
+// a watermark probe still covers them, and the actor's next write finds the
+// moved allocator and re-hydrates the partition.
+func (l *Linked) StreamCycle(ctx context.Context, c reginatype.StreamCycle) (reginatype.CycleResult, error) {
+	res, err := l.store.StreamCycle(ctx, c)
 	if err != nil {
 		return res, err
 	}

@@ -32,6 +32,7 @@ type queries struct {
 	countDLQ, listDLQ, deleteGroupCursors, deleteGroupMeta, seekTargetsExist, seek, setSubscription string
 	admin                                                                                           adminQueries
 	traces                                                                                          traceQueries
+	streams                                                                                         streamQueries
 }
 
 const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl, priority,
@@ -141,6 +142,7 @@ func newQueries(schema string) queries {
 	q.consumerQueries()
 	q.admin = newAdminQueries(schema)
 	q.traces = newTraceQueries(schema)
+	q.streams = newStreamQueries(schema)
 	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,

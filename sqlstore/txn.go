@@ -88,7 +88,7 @@ func (s *Store) transactionOnce(ctx context.Context, pushes []reginatype.TxnPush
 			}
 		}
 		for _, g := range groups {
-			if err := s.txnPushGroup(ctx, tx, g, pushes, &res); err != nil {
+			if err := s.txnPushGroup(ctx, tx, g, pushes, false, &res.Pushes, &res.Written); err != nil {
 				return err
 			}
 		}
@@ -106,8 +106,11 @@ func uniqueUUIDs(us []partition.UUID) map[partition.UUID]bool {
 }
 
 // txnPushGroup writes one partition's items through push_segment (lock,
-// probe, insert) inside the transaction.
-func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes []reginatype.TxnPush, res *reginatype.TxnResult) error {
+// probe, insert) inside the transaction. A duplicate of a stored message
+// aborts with a *DuplicateError, unless dupOK: then it is reported in its
+// result (Duplicate, the original's id) and the other items are written.
+func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes []reginatype.TxnPush, dupOK bool,
+	results *[]reginatype.TxnPushResult, written *[]reginatype.TxnWrite) error {
 	for range 2 {
 		ids := make([]string, len(g.items))
 		for k, i := range g.items {
@@ -156,21 +159,36 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 		default:
 			return fmt.Errorf("push_segment: unexpected status %q", status)
 		}
-		if len(dupIdx) > 0 {
+		if len(dupIdx) > 0 && !dupOK {
 			k := leaders[dupIdx[0]-1]
 			var orig partition.UUID
 			copy(orig[:], dupIDs[0])
 			return &reginatype.DuplicateError{Queue: g.queue, Partition: g.part, TransactionID: ids[k], Original: orig}
 		}
-		w := reginatype.TxnWrite{Queue: g.queue, PartitionID: g.ref.ID, WindowSeconds: win, FirstOffset: first, CreatedAt: created}
-		for _, k := range leaders {
-			w.Hashes = append(w.Hashes, partition.HashTxID(ids[k]))
+		// Leaders found stored already (dupOK only): their original ids.
+		stored := make(map[int]partition.UUID, len(dupIdx))
+		for j, d := range dupIdx {
+			var orig partition.UUID
+			copy(orig[:], dupIDs[j])
+			stored[leaders[d-1]] = orig
 		}
-		res.Written = append(res.Written, w)
+		if len(stored) < len(leaders) {
+			w := reginatype.TxnWrite{Queue: g.queue, PartitionID: g.ref.ID, WindowSeconds: win, FirstOffset: first, CreatedAt: created}
+			for _, k := range leaders {
+				if _, dup := stored[k]; !dup {
+					w.Hashes = append(w.Hashes, partition.HashTxID(ids[k]))
+				}
+			}
+			*written = append(*written, w)
+		}
 		for k, i := range g.items {
 			l := leader[k]
-			res.Pushes = append(res.Pushes, reginatype.TxnPushResult{Index: pushes[i].Index, MessageID: msgIDs[l],
-				PartitionID: g.ref.ID, Queue: g.queue, Duplicate: l != k})
+			r := reginatype.TxnPushResult{Index: pushes[i].Index, MessageID: msgIDs[l],
+				PartitionID: g.ref.ID, Queue: g.queue, Duplicate: l != k}
+			if orig, dup := stored[l]; dup {
+				r.MessageID, r.Duplicate = orig, true
+			}
+			*results = append(*results, r)
 		}
 		return nil
 	}

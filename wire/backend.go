@@ -83,6 +83,19 @@ type Tracer interface {
 	TraceNames(ctx context.Context, limit, offset int) ([]reginatype.TraceName, int64, error)
 }
 
+// Streams registers stream queries and reads their state (the streams v1
+// API; see sqlstore.Store.RegisterStream).
+type Streams interface {
+	RegisterStream(ctx context.Context, q reginatype.StreamQuery) (reginatype.StreamRegistration, error)
+	StreamState(ctx context.Context, f reginatype.StateFilter) ([]reginatype.StateRow, error)
+}
+
+// Cycler commits stream cycles: state ops, sink pushes and an ack in one
+// transaction (see actor.Linked.StreamCycle).
+type Cycler interface {
+	StreamCycle(ctx context.Context, c reginatype.StreamCycle) (reginatype.CycleResult, error)
+}
+
 // Pinger checks the database.
 type Pinger interface {
 	Ping(ctx context.Context) error
@@ -99,6 +112,8 @@ type Backend struct {
 	Admin        Admin
 	Groups       Groups
 	Traces       Tracer
+	Streams      Streams
+	Cycler       Cycler
 	Pinger       Pinger
 }
 
@@ -111,7 +126,8 @@ func (b *Backend) mustBeComplete() {
 		{"Pusher", b.Pusher == nil}, {"Popper", b.Popper == nil}, {"Acker", b.Acker == nil},
 		{"Transactor", b.Transactor == nil}, {"Replayer", b.Replayer == nil},
 		{"QueueDeleter", b.QueueDeleter == nil}, {"Admin", b.Admin == nil}, {"Groups", b.Groups == nil},
-		{"Traces", b.Traces == nil}, {"Pinger", b.Pinger == nil},
+		{"Traces", b.Traces == nil}, {"Streams", b.Streams == nil}, {"Cycler", b.Cycler == nil},
+		{"Pinger", b.Pinger == nil},
 	} {
 		if f.nil {
 			panic("wire.New: Backend." + f.name + " is nil")

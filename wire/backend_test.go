@@ -13,6 +13,8 @@ type nilBackend struct {
 	Admin
 	Groups
 	Tracer
+	Streams
+	Cycler
 	Pinger
 }
 
@@ -20,5 +22,5 @@ type nilBackend struct {
 func newNilBackend() Backend {
 	n := nilBackend{}
 	return Backend{Pusher: n, Popper: n, Acker: n, Transactor: n, Replayer: n, QueueDeleter: n, Admin: n,
-		Groups: n, Traces: n, Pinger: n}
+		Groups: n, Traces: n, Streams: n, Cycler: n, Pinger: n}
 }

@@ -182,3 +182,53 @@ func FuzzDecodeAcks(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeStreams feeds arbitrary bodies to the three streams decoders.
+// They must never panic, and what they accept must be usable: a cycle's
+// pushes have a queue, a partition and a JSON payload, its upserts a key and
+// a JSON value, its ack a transaction id and a known status; decoding the
+// same body twice mints the same sink transaction ids.
+func FuzzDecodeStreams(f *testing.F) {
+	for _, seed := range []string{
+		`{"query_id":"0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","partition_id":"0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c","consumer_group":"streams.q","state_ops":[{"type":"upsert","key":"k","value":{"a":1}},{"type":"delete","key":"k"}],"push_items":[{"queue":"out","partition":"p","payload":{"n":1}}],"ack":{"transactionId":"t","leaseId":"l","status":"completed","count":3},"release_lease":false}`,
+		`{"query_id":"x","partition_id":"y","state_ops":null,"push_items":null,"ack":null}`,
+		`{"name":"n","source_queue":"s","config_hash":"h","sink_queue":"o","reset":true}`,
+		`{"query_id":"0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","partition_id":"0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c","keys":["a"],"key_prefix":"t","ripe_at_or_before":1e400}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if q, err := DecodeStreamQuery(body); err == nil {
+			require.NotEmpty(t, q.Name)
+			require.NotEmpty(t, q.SourceQueue)
+			require.NotEmpty(t, q.ConfigHash)
+		}
+		_, _ = DecodeStateGet(body)
+		req, err := DecodeCycle(body)
+		if err != nil || req.Fail != "" {
+			return
+		}
+		again, err := DecodeCycle(body)
+		require.NoError(t, err)
+		c := req.Cycle
+		require.NotEmpty(t, c.Group)
+		for i, p := range c.Pushes {
+			require.Equal(t, i, p.Index)
+			require.NotEmpty(t, p.Queue)
+			require.NotEmpty(t, p.Partition)
+			require.LessOrEqual(t, len(p.TransactionID), partition.MaxTxIDLen)
+			require.Equal(t, p.TransactionID, again.Cycle.Pushes[i].TransactionID)
+			require.True(t, json.Valid(p.Payload))
+		}
+		for _, op := range c.Ops {
+			if !op.Delete {
+				require.True(t, op.HasKey)
+				require.True(t, json.Valid(op.Value))
+			}
+		}
+		if c.Ack != nil {
+			require.NotEmpty(t, c.Ack.TransactionID)
+			require.Contains(t, []string{"completed", "dlq"}, c.Ack.Status)
+		}
+	})
+}

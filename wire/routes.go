@@ -167,6 +167,14 @@ var routes = []*Route{
 		Doc: "what a push of one transaction id would get now, and why", handle: h0((*Server).handleDedupExplain)},
 	{Method: "POST", Pattern: "/api/v1/dedup/lookup", Role: RoleReadOnly,
 		Doc: "which of a batch of transaction ids are stored (reads only)", handle: h0((*Server).handleDedupLookup)},
+	{Method: "POST", Pattern: "/streams/v1/queries", Role: RoleReadWrite,
+		Doc:    "register a stream query by name; 409 when its `config_hash` changed without `reset`",
+		handle: h0((*Server).handleStreamQuery)},
+	{Method: "POST", Pattern: "/streams/v1/cycle", Role: RoleReadWrite,
+		Doc:    "commit a stream cycle: state ops, sink pushes and the source ack in one transaction",
+		handle: h0((*Server).handleCycle)},
+	{Method: "POST", Pattern: "/streams/v1/state/get", Role: RoleReadOnly,
+		Doc: "read a stream query's state for one source partition", handle: h0((*Server).handleStateGet)},
 }
 
 // Routes returns a copy of the route table, in the order docs/api.md lists

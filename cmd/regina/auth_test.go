@@ -144,7 +144,9 @@ func (d *db) fingerprint(t *testing.T) string {
 		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.log_txns x),
 		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.consumers x),
 		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.consumer_groups x),
-		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.dlq x))`)).Scan(&out)
+		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.dlq x),
+		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.streams_queries x),
+		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.streams_state x))`)).Scan(&out)
 	require.NoError(t, err)
 	return out
 }
@@ -306,12 +308,17 @@ func (f *routeFixture) body(r wire.Route) any {
 		return map[string]any{"toEnd": true}
 	case strings.HasSuffix(r.Pattern, "/subscription"):
 		return map[string]any{"subscriptionMode": "new"}
+	case r.Pattern == "/streams/v1/queries":
+		return map[string]any{"name": "s", "source_queue": "q", "config_hash": "h"}
+	case r.Pattern == "/streams/v1/cycle", r.Pattern == "/streams/v1/state/get":
+		return map[string]any{"query_id": f.partitionID, "partition_id": f.partitionID,
+			"push_items": []item{{"queue": "q3", "payload": 1}}}
 	}
 	return map[string]any{"seconds": 120}
 }
 
 // readOnlyPOST are the POST routes that change nothing.
-var readOnlyPOST = map[string]bool{"/api/v1/dedup/lookup": true}
+var readOnlyPOST = map[string]bool{"/api/v1/dedup/lookup": true, "/streams/v1/state/get": true}
 
 // TestAuthEveryRouteChecksItsRole iterates the route table: with no token
 // every non-public route answers 401; a token one level too low answers

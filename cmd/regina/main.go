@@ -135,6 +135,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	srv := wire.New(wire.Backend{
 		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
 		Acker: store, Admin: store, Groups: store, Traces: store, Pinger: store,
+		Streams: store, Cycler: linked,
 	}, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
 		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode})
