@@ -124,22 +124,29 @@ func (s *Server) handleStreamQuery(ctx *fasthttp.RequestCtx) {
 }
 
 // streamIDs decodes query_id and partition_id: a missing or non-string one
-// is errRequired, a malformed one errMalformed.
-func streamIDs(rawQ, rawP json.RawMessage) (q, p partition.UUID, qs, ps string, errRequired, errMalformed error) {
-	var err error
+// is an error; a malformed one sets malformed (qs and ps are then the ids
+// that did parse, "" for the others).
+func streamIDs(rawQ, rawP json.RawMessage) (q, p partition.UUID, qs, ps, malformed string, err error) {
 	if qs, err = requiredString(rawQ, "query_id"); err != nil {
-		return q, p, "", "", errors.New("query_id is required"), nil
+		return q, p, "", "", "", errors.New("query_id is required")
 	}
 	if ps, err = requiredString(rawP, "partition_id"); err != nil {
-		return q, p, "", "", errors.New("partition_id is required"), nil
+		return q, p, "", "", "", errors.New("partition_id is required")
 	}
-	if q, err = partition.ParseUUID(qs); err != nil {
-		return q, p, "", "", nil, errors.New("query_id must be a UUID")
+	q, qok := parseUUID(qs)
+	if !qok {
+		return q, p, "", "", "query_id must be a UUID", nil
 	}
-	if p, err = partition.ParseUUID(ps); err != nil {
-		return q, p, qs, "", nil, errors.New("partition_id must be a UUID")
+	p, pok := parseUUID(ps)
+	if !pok {
+		return q, p, qs, "", "partition_id must be a UUID", nil
 	}
-	return q, p, qs, ps, nil, nil
+	return q, p, qs, ps, "", nil
+}
+
+func parseUUID(s string) (partition.UUID, bool) {
+	u, err := partition.ParseUUID(s)
+	return u, err == nil
 }
 
 // DecodeStateGet decodes and validates a POST /streams/v1/state/get body.
@@ -155,13 +162,14 @@ func DecodeStateGet(body []byte) (reginatype.StateFilter, error) {
 	if err := decodeStreamsBody(body, &raw); err != nil {
 		return f, err
 	}
-	var errReq, errBad error
-	f.QueryID, f.PartitionID, _, _, errReq, errBad = streamIDs(raw.QueryID, raw.PartitionID)
-	if errReq != nil {
-		return f, errReq
+	var bad string
+	var err error
+	f.QueryID, f.PartitionID, _, _, bad, err = streamIDs(raw.QueryID, raw.PartitionID)
+	if err != nil {
+		return f, err
 	}
-	if errBad != nil {
-		return f, errBad
+	if bad != "" {
+		return f, errors.New(bad)
 	}
 	// keys: missing, null, not an array or empty = no key filter; elements
 	// that are not strings are ignored.
@@ -269,14 +277,10 @@ func DecodeCycle(body []byte) (CycleRequest, error) {
 		return req, err
 	}
 	c := &req.Cycle
-	var errReq, errBad error
-	c.QueryID, c.PartitionID, req.QueryID, req.PartitionID, errReq, errBad = streamIDs(raw.QueryID, raw.PartitionID)
-	if errReq != nil {
-		return req, errReq
-	}
-	if errBad != nil {
-		req.Fail = errBad.Error()
-		return req, nil
+	var err error
+	c.QueryID, c.PartitionID, req.QueryID, req.PartitionID, req.Fail, err = streamIDs(raw.QueryID, raw.PartitionID)
+	if err != nil || req.Fail != "" {
+		return req, err
 	}
 	fail := func(format string, a ...any) (CycleRequest, error) {
 		req.Fail = fmt.Sprintf(format, a...)
@@ -318,7 +322,7 @@ func DecodeCycle(body []byte) (CycleRequest, error) {
 			}
 			typ, _ := rawString(r.Type)
 			if kindOf(r.Type) != kindString {
-				return fail("Unknown state_op type: %s", truncate(string(r.Type), 64))
+				return fail("Unknown state_op type: %s", truncate(string(r.Type), 80))
 			}
 			op := reginatype.StateOp{}
 			switch typ {
@@ -326,7 +330,7 @@ func DecodeCycle(body []byte) (CycleRequest, error) {
 			case "delete":
 				op.Delete = true
 			default:
-				return fail("Unknown state_op type: %s", truncate(typ, 64))
+				return fail("Unknown state_op type: %s", truncate(typ, 80))
 			}
 			if kindOf(r.Key) == kindString {
 				k, err := rawString(r.Key)
@@ -404,10 +408,10 @@ func DecodeCycle(body []byte) (CycleRequest, error) {
 			case "failed", "dlq":
 				a.Status = reginatype.AckDLQ
 			default:
-				return fail("Unknown ack.status: %s", truncate(st, 64))
+				return fail("Unknown ack.status: %s", truncate(st, 80))
 			}
 		default:
-			return fail("Unknown ack.status: %s", truncate(string(r.Status), 64))
+			return fail("Unknown ack.status: %s", truncate(string(r.Status), 80))
 		}
 		if kindOf(r.Count) == kindNumber {
 			if n, err := strconv.Atoi(strings.TrimSpace(string(r.Count))); err == nil {
@@ -452,14 +456,14 @@ type cycleAckView struct {
 }
 
 type cycleView struct {
-	Success         bool            `json:"success"`
-	QueryID         string          `json:"query_id"`
-	PartitionID     string          `json:"partition_id"`
-	QueueName       *string         `json:"queueName"`
-	StateOpsApplied int             `json:"state_ops_applied"`
-	PushResults     []any           `json:"push_results"`
-	AckResult       *cycleAckView   `json:"ack_result"`
-	Error           string          `json:"error,omitempty"`
+	Success         bool          `json:"success"`
+	QueryID         string        `json:"query_id"`
+	PartitionID     string        `json:"partition_id"`
+	QueueName       *string       `json:"queueName"`
+	StateOpsApplied int           `json:"state_ops_applied"`
+	PushResults     []any         `json:"push_results"`
+	AckResult       *cycleAckView `json:"ack_result"`
+	Error           string        `json:"error,omitempty"`
 }
 
 // handleCycle serves POST /streams/v1/cycle: the state ops, sink pushes and

@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -67,7 +69,9 @@ func (b *testBroker) state(t *testing.T, body map[string]any) (map[string]json.R
 	return m, keys
 }
 
-func shard(qid, pid string) map[string]any { return map[string]any{"query_id": qid, "partition_id": pid} }
+func shard(qid, pid string) map[string]any {
+	return map[string]any{"query_id": qid, "partition_id": pid}
+}
 
 func TestStreamsRegistration(t *testing.T) {
 	t.Parallel()
@@ -168,7 +172,7 @@ func TestStreamsRegistration(t *testing.T) {
 // runnerPop pops the source for a query's group and requires messages.
 func runnerPop(t *testing.T, b *testBroker, queue, group string, batch int) popResponse {
 	t.Helper()
-	r := b.pop(t, queue, "", url.Values{"batch": {fmt.Sprint(batch)}, "consumerGroup": {group}})
+	r := b.pop(t, queue, "", url.Values{"batch": {strconv.Itoa(batch)}, "consumerGroup": {group}})
 	require.Equal(t, group, r.ConsumerGroup)
 	for _, m := range r.Messages {
 		require.Equal(t, group, m.ConsumerGroup, "every message carries the requested group")
@@ -551,9 +555,7 @@ func TestStreamsBadInput(t *testing.T) {
 		body := map[string]any{"query_id": qid, "partition_id": r.PartitionID, "consumer_group": "streams.q",
 			"state_ops":  []map[string]any{{"type": "upsert", "key": "k", "value": 1}},
 			"push_items": []item{{"queue": "sink", "payload": 1}}, "ack": ack}
-		for k, v := range c.patch {
-			body[k] = v
-		}
+		maps.Copy(body, c.patch)
 		m := b.cycle(t, body)
 		require.Equal(t, false, m["success"], "%v", c.patch)
 		require.Contains(t, m["error"], c.want, "%v", c.patch)
