@@ -250,3 +250,35 @@ func (r *Registry) Close(ctx context.Context) error {
 		return fmt.Errorf("close actors: %w", ctx.Err())
 	}
 }
+
+// Pressure is how full the mailboxes are (see Registry.Pressure).
+type Pressure struct {
+	// Actors is the number of live partition actors, Depth the items
+	// waiting in their mailboxes, Full the mailboxes at one of their bounds
+	// (the next group would be refused).
+	Actors, Depth, Full int
+	// Fullest is the fill of the fullest mailbox: the larger of items over
+	// MailboxMaxItems and bytes over MailboxMaxBytes (0 to 1, more for a
+	// single large group).
+	Fullest float64
+}
+
+// Pressure reports how full the mailboxes are (the readiness probe's
+// mailbox check). It walks the live actors (O(actors)).
+func (r *Registry) Pressure() Pressure {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := Pressure{Actors: len(r.actors)}
+	for _, a := range r.actors {
+		a.mu.Lock()
+		items, bytes := a.items, a.bytes
+		a.mu.Unlock()
+		p.Depth += items
+		if items >= r.cfg.MailboxMaxItems || bytes >= r.cfg.MailboxMaxBytes {
+			p.Full++
+		}
+		fill := max(float64(items)/float64(r.cfg.MailboxMaxItems), float64(bytes)/float64(r.cfg.MailboxMaxBytes))
+		p.Fullest = max(p.Fullest, fill)
+	}
+	return p
+}

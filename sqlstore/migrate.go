@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -244,4 +245,52 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, fsys fs.FS,
 		return fmt.Errorf("migrate %s: commit: %w", schema, err)
 	}
 	return nil
+}
+
+// embeddedSQL is loadSQL(sqlFiles), read once.
+var embeddedSQL = sync.OnceValues(func() (sqlSet, error) { return loadSQL(sqlFiles) })
+
+// SchemaState is what Store.CheckReady found of the schema's migrations.
+type SchemaState struct {
+	// Version is the highest migration version applied to the schema,
+	// Expected the highest this broker knows.
+	Version, Expected int
+	// Problem says what is wrong (empty when the schema holds exactly this
+	// broker's migrations, with their checksums).
+	Problem string
+}
+
+// schemaState compares the applied migrations (version -> checksum) with
+// the embedded ones.
+func schemaState(applied map[int]string) SchemaState {
+	set, err := embeddedSQL()
+	if err != nil {
+		return SchemaState{Problem: err.Error()}
+	}
+	var st SchemaState
+	for v := range applied {
+		st.Version = max(st.Version, v)
+	}
+	known := make(map[int]bool, len(set.migrations))
+	for _, m := range set.migrations {
+		st.Expected = max(st.Expected, m.version)
+		known[m.version] = true
+		sum, ok := applied[m.version]
+		switch {
+		case !ok:
+			st.Problem = fmt.Sprintf("migration %s is not applied", m.name)
+		case sum != m.checksum && (sum != "" || m.version > lastUnchecksummed):
+			st.Problem = fmt.Sprintf("migration %s differs from the one applied (checksum)", m.name)
+		}
+		if st.Problem != "" {
+			return st
+		}
+	}
+	for v := range applied {
+		if !known[v] {
+			st.Problem = fmt.Sprintf("the schema has migration version %d, which this broker does not know (a newer Regina migrated it)", v)
+			return st
+		}
+	}
+	return st
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +57,7 @@ type Config struct {
 // Store is Regina's PostgreSQL state. It is safe for concurrent use.
 type Store struct {
 	pool   *pgxpool.Pool
+	ident  *identity
 	schema string
 	log    zerolog.Logger
 	sql    queries
@@ -86,6 +88,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.StatementTimeout > 0 {
 		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
 	}
+	// See conn.go: read-write sessions only, 25006 drops the connection,
+	// a new server identity moves the epoch on.
+	if pcfg.ConnConfig.ValidateConnect == nil && !hasTargetSessionAttrs(cfg.URL) {
+		pcfg.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
+	}
+	pcfg.ConnConfig.Tracer = readOnlyTracer{}
+	pcfg.AfterRelease = keepConn
+	ident := &identity{log: cfg.Logger}
+	pcfg.AfterConnect = ident.afterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
@@ -98,7 +109,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{pool: pool, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema), onRet: cfg.OnRetention}, nil
+	return &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema), onRet: cfg.OnRetention}, nil
 }
 
 // Close waits for in-use connections to be returned and closes the pool.
@@ -129,19 +140,36 @@ func (s *Store) PoolStats() PoolStats {
 }
 
 // classify maps a pgx error to the store's sentinels, wrapping the original.
-// An error that reached the server (a *pgconn.PgError) is a definite failure
-// of the statement and is returned as is; a broken connection after the
-// request was sent makes the outcome unknown.
+//
+//   - No connection (a connect error, a standby or read-only server refused
+//     at connect) or nothing sent: ErrUnavailable.
+//   - SQLSTATE 25006 (the server is read-only: a standby, no primary): the
+//     statement failed, nothing was written: ErrUnavailable.
+//   - A FATAL or PANIC error (the server ended the session: 57P01 admin
+//     shutdown, 57P02 crash shutdown...): the statement may have committed
+//     (a backend told to stop while waiting for its synchronous standby has
+//     committed locally): ErrOutcomeUnknown.
+//   - Any other error the server reported is a definite failure of the
+//     statement and is returned as is.
+//   - A broken connection after the request was sent: ErrOutcomeUnknown.
 func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := errors.AsType[*pgconn.PgError](err); ok {
+	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+		return fmt.Errorf("%w: %w", reginatype.ErrUnavailable, err)
+	}
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+		switch {
+		case pe.Code == "25006":
+			return fmt.Errorf("%w (the server is read-only: no primary): %w", reginatype.ErrUnavailable, err)
+		case pe.Severity == "FATAL" || pe.Severity == "PANIC":
+			return fmt.Errorf("%w: %w", reginatype.ErrOutcomeUnknown, err)
+		}
 		return err
 	}
-	var connErr *pgconn.ConnectError
-	if pgconn.SafeToRetry(err) || errors.As(err, &connErr) {
-		// Nothing reached the server (or no connection was established).
+	if pgconn.SafeToRetry(err) {
+		// Nothing reached the server.
 		return fmt.Errorf("%w: %w", reginatype.ErrUnavailable, err)
 	}
 	var netErr net.Error
@@ -152,6 +180,67 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", reginatype.ErrOutcomeUnknown, err)
 	}
 	return err // a local error (encoding, scanning): nothing to retry
+}
+
+// hasTargetSessionAttrs reports whether the connection string (or the
+// environment) chooses target_session_attrs itself.
+func hasTargetSessionAttrs(url string) bool {
+	return strings.Contains(url, "target_session_attrs") || os.Getenv("PGTARGETSESSIONATTRS") != ""
+}
+
+// Epoch numbers the database servers the store has seen: it moves on when a
+// new connection finds a server whose identity (system identifier,
+// timeline) differs from the previous one's, before that connection runs
+// anything else. What was learned under an older epoch (the dedup cache)
+// may describe commits the current server never had.
+func (s *Store) Epoch() uint64 { return s.ident.epoch.Load() }
+
+// ReadyState is what CheckReady found.
+type ReadyState struct {
+	// Err says why the database cannot be used (unreachable, read-only);
+	// nil when it answered on a read-write session.
+	Err error
+	// Latency is the check's round trip, connection included.
+	Latency time.Duration
+	// Schema is the state of the schema's migrations (when Err is nil).
+	Schema SchemaState
+}
+
+// CheckReady checks, on one connection within ctx, that the database answers
+// on a read-write session, and reads the schema's migrations. A connection
+// found read-only is dropped.
+func (s *Store) CheckReady(ctx context.Context) ReadyState {
+	start := time.Now()
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return ReadyState{Err: classify(err), Latency: time.Since(start)}
+	}
+	defer c.Release()
+	var (
+		readOnly bool
+		versions []int32
+		sums     []string
+	)
+	err = c.QueryRow(ctx, `SELECT current_setting('transaction_read_only') = 'on',
+		coalesce(array_agg(version ORDER BY version), '{}'), coalesce(array_agg(coalesce(checksum, '') ORDER BY version), '{}')
+		FROM `+pgx.Identifier{s.schema, "schema_migrations"}.Sanitize()).Scan(&readOnly, &versions, &sums)
+	st := ReadyState{Latency: time.Since(start)}
+	if err != nil {
+		st.Err = classify(err)
+		return st
+	}
+	if readOnly {
+		markDrop(c.Conn())
+		st.Err = fmt.Errorf("%w: the session is read-only (a standby, or default_transaction_read_only): no primary",
+			reginatype.ErrUnavailable)
+		return st
+	}
+	applied := make(map[int]string, len(versions))
+	for i, v := range versions {
+		applied[int(v)] = sums[i]
+	}
+	st.Schema = schemaState(applied)
+	return st
 }
 
 var _ = pgx.ErrNoRows

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"context"
 	"runtime"
 	"time"
 
@@ -10,21 +9,6 @@ import (
 	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/partition"
 )
-
-// handleHealth serves GET /health: 200 when the database answers, else 503.
-func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	status, db, code := "healthy", "connected", fasthttp.StatusOK
-	if err := s.b.Pinger.Ping(c); err != nil {
-		status, db, code = "unhealthy", "disconnected", fasthttp.StatusServiceUnavailable
-	}
-	writeJSON(ctx, code, map[string]any{
-		"status": status, "database": db, "server": "Regina", "version": Version, "worker_id": 0,
-		"shared_state": map[string]any{"enabled": false},
-		"queen":        map[string]any{"worker_id": 0, "status": "active"},
-	})
-}
 
 // handleMetrics serves GET /metrics, the JSON summary Queen clients read.
 func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {

@@ -101,6 +101,12 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// Readiness reports what GET /ready checks: the database (a short ping on
+// a read-write session), the schema's migrations and mailbox pressure.
+type Readiness interface {
+	Readiness(ctx context.Context) reginatype.Readiness
+}
+
 // Backend is everything the server calls. Every field is required.
 type Backend struct {
 	Pusher       Pusher
@@ -115,6 +121,7 @@ type Backend struct {
 	Streams      Streams
 	Cycler       Cycler
 	Pinger       Pinger
+	Readiness    Readiness
 }
 
 // mustBeComplete panics naming the first nil field.
@@ -127,7 +134,7 @@ func (b *Backend) mustBeComplete() {
 		{"Transactor", b.Transactor == nil}, {"Replayer", b.Replayer == nil},
 		{"QueueDeleter", b.QueueDeleter == nil}, {"Admin", b.Admin == nil}, {"Groups", b.Groups == nil},
 		{"Traces", b.Traces == nil}, {"Streams", b.Streams == nil}, {"Cycler", b.Cycler == nil},
-		{"Pinger", b.Pinger == nil},
+		{"Pinger", b.Pinger == nil}, {"Readiness", b.Readiness == nil},
 	} {
 		if f.nil {
 			panic("wire.New: Backend." + f.name + " is nil")

@@ -16,11 +16,16 @@ type nilBackend struct {
 	Streams
 	Cycler
 	Pinger
+	readiness
 }
+
+// readiness names Readiness so that its method is not shadowed by the
+// embedded field's name.
+type readiness = Readiness
 
 // newNilBackend returns a complete Backend whose every call panics.
 func newNilBackend() Backend {
 	n := nilBackend{}
 	return Backend{Pusher: n, Popper: n, Acker: n, Transactor: n, Replayer: n, QueueDeleter: n, Admin: n,
-		Groups: n, Traces: n, Streams: n, Cycler: n, Pinger: n}
+		Groups: n, Traces: n, Streams: n, Cycler: n, Pinger: n, Readiness: n}
 }

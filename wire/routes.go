@@ -80,6 +80,12 @@ func h2(f func(*Server, *fasthttp.RequestCtx, string, string)) handler {
 var routes = []*Route{
 	{Method: "GET", Pattern: "/health", Role: RolePublic, Doc: "liveness and database reachability",
 		handle: h0((*Server).handleHealth)},
+	{Method: "GET", Pattern: "/health/live", Role: RolePublic,
+		Doc:    "liveness: 200 while the process serves HTTP, whatever the database",
+		handle: h0((*Server).handleLive)},
+	{Method: "GET", Pattern: "/ready", Role: RolePublic,
+		Doc:    "readiness: 200 when the database answers on a read-write session, the schema is migrated and no mailbox is full; else 503",
+		handle: h0((*Server).handleReady)},
 	{Method: "GET", Pattern: "/metrics", Role: RolePublic,
 		Doc:    "JSON summary of the broker (actors, mailboxes, verdicts, pool, memory, dedup cache)",
 		handle: h0((*Server).handleMetrics)},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -65,12 +66,27 @@ type Server struct {
 	metrics *metrics.Metrics
 	// instance is Config.Instance.
 	instance string
+	// ready is set once b is there (New, or Start after NewStarting);
+	// handlers read b only after seeing it.
+	ready atomic.Bool
+	// startErr is the last reason the backend is not there yet (SetStartError).
+	startErr atomic.Pointer[string]
 }
 
 // New returns a server calling b. It panics when a field of b is nil (a
 // wiring bug, caught at start).
 func New(b Backend, cfg Config) *Server {
-	b.mustBeComplete()
+	s := NewStarting(cfg)
+	s.Start(b)
+	return s
+}
+
+// NewStarting returns a server without its backend, for a broker that
+// listens before its database is connected: until Start, GET /health and
+// GET /ready answer 503, GET /health/live and the Prometheus scrape are
+// served, and every other route answers a retryable 503 with Retry-After
+// (nothing is done).
+func NewStarting(cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 20
 	}
@@ -89,7 +105,7 @@ func New(b Backend, cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(metrics.Config{})
 	}
-	s := &Server{b: b, cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now(),
+	s := &Server{cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now(),
 		metrics: cfg.Metrics, instance: cfg.Instance}
 	s.srv = &fasthttp.Server{
 		Handler:                       s.instrumented,
@@ -104,6 +120,22 @@ func New(b Backend, cfg Config) *Server {
 		Logger:                        fasthttpLogger{s.log},
 	}
 	return s
+}
+
+// Start plugs the backend into a server from NewStarting: from then on it
+// serves every route. It panics when a field of b is nil (a wiring bug).
+// Call it once.
+func (s *Server) Start(b Backend) {
+	b.mustBeComplete()
+	s.b = b
+	s.ready.Store(true) // publishes b to the handlers
+}
+
+// SetStartError records why the backend is not there yet (the last failed
+// attempt to connect), for GET /ready while starting.
+func (s *Server) SetStartError(err error) {
+	msg := err.Error()
+	s.startErr.Store(&msg)
 }
 
 // Serve accepts connections on ln until Shutdown.
@@ -159,6 +191,10 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	r, params, candidates := route(string(ctx.Method()), requestPath(ctx))
 	switch {
 	case r != nil:
+		if !s.ready.Load() && !servesWhileStarting(r) {
+			answerStarting(ctx)
+			return
+		}
 		if s.authorize(ctx, r) {
 			r.handle(s, ctx, params)
 		}

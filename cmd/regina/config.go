@@ -74,6 +74,13 @@ type Config struct {
 
 	// beforeBatch is a test hook passed to actor.Config.BeforeBatch.
 	beforeBatch func(queue, partition string, items int)
+
+	// listening, when set, receives the listen address as soon as the port
+	// is open (before the database is reached).
+	listening func(addr string)
+	// connectRetryMax, when > 0, replaces the longest wait between two
+	// attempts to reach the database at start (tests shorten it).
+	connectRetryMax time.Duration
 }
 
 // setting is one configuration entry: its variable, its flag, its default

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/regina-mq/regina/cache"
 	"github.com/regina-mq/regina/internal/auth"
 	brokermetrics "github.com/regina-mq/regina/metrics"
+	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/wire"
 )
@@ -70,7 +72,10 @@ func newLogger(cfg Config) zerolog.Logger {
 // run starts the broker (cfg completed by WithDefaults and checked by
 // Validate) and blocks until ctx is done, then shuts down in
 // order: stop accepting requests, drain actors, stop retention, close the
-// pool. When ready is not nil it receives the listen address once serving.
+// pool. It listens before it reaches the database and retries that until
+// ctx ends (see openStore); ending ctx meanwhile returns nil. When ready is
+// not nil it receives the listen address once serving (connected and
+// migrated).
 func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- string) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -87,17 +92,38 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 
 	// One Prometheus registry per broker (GET /metrics/prometheus).
 	met := brokermetrics.New(brokermetrics.Config{})
-	openCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	store, err := sqlstore.Open(openCtx, sqlstore.Config{
-		URL: cfg.DatabaseURL, Schema: cfg.Schema, MaxConns: int32(cfg.PoolSize),
-		StatementTimeout: cfg.StatementTimeout, Logger: log.With().Str("component", "sqlstore").Logger(),
-		OnRetention: func(st sqlstore.RetentionStats, err error) {
-			met.ObserveRetention(st.LogTxns, st.Segments, err != nil && !errors.Is(err, context.Canceled))
-		},
-	})
-	cancel()
+
+	// Listen before the database is reached: while the broker connects
+	// (and retries), the probes answer 503 and every other route a
+	// retryable 503, so a load balancer and a client see a broker that is
+	// starting, not a closed port.
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr())
 	if err != nil {
-		return fmt.Errorf("open database (DATABASE_URL / PG_*): %w", err)
+		return fmt.Errorf("listen on %s (HOST/PORT): %w", cfg.Addr(), err)
+	}
+	defer ln.Close()
+	instance := instanceName(ln.Addr())
+	srv := wire.NewStarting(wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
+		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance,
+		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode})
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	if cfg.listening != nil {
+		cfg.listening(ln.Addr().String())
+	}
+
+	store, err := openStore(ctx, cfg, log, met, srv)
+	if err != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer scancel()
+		if serr := srv.Shutdown(sctx); serr != nil {
+			log.Warn().Err(serr).Msg("http shutdown")
+		}
+		if ctx.Err() != nil {
+			log.Info().Msg("regina stopped before its database was reached")
+			return nil
+		}
+		return err
 	}
 	defer store.Close()
 
@@ -126,19 +152,11 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	// consumers, a deleted queue leaves the cache) through reg.Link; the
 	// rest straight to the store.
 	linked := reg.Link(store)
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr())
-	if err != nil {
-		return fmt.Errorf("listen on %s (HOST/PORT): %w", cfg.Addr(), err)
-	}
-	defer ln.Close()
-	instance := instanceName(ln.Addr())
-	srv := wire.New(wire.Backend{
+	srv.Start(wire.Backend{
 		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
 		Acker: store, Admin: store, Groups: store, Traces: store, Pinger: store,
-		Streams: store, Cycler: linked,
-	}, wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
-		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance,
-		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode})
+		Streams: store, Cycler: linked, Readiness: readiness{store: store, reg: reg},
+	})
 
 	if cfg.PprofAddr != "" {
 		pln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.PprofAddr)
@@ -150,9 +168,6 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		defer psrv.Close()
 		log.Info().Str("addr", pln.Addr().String()).Msg("pprof serving")
 	}
-
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
 
 	retCtx, stopRetention := context.WithCancel(context.Background())
 	retDone := make(chan struct{})
@@ -191,6 +206,93 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	<-retDone
 	log.Info().Msg("regina stopped")
 	return runErr
+}
+
+// Waits between two attempts to reach the database at start: the first
+// retry after connectRetryMin, doubling up to connectRetryMax.
+const (
+	connectRetryMin = 250 * time.Millisecond
+	connectRetryMax = 10 * time.Second
+)
+
+// openStore opens the store (connect, migrate), retrying with backoff while
+// the database cannot be reached, until ctx ends. Each failed attempt is
+// logged at warn with its error and shown by GET /ready. A schema that this
+// broker must not touch (a changed migration, one it does not know) or a
+// connection string that cannot be parsed fails at once.
+func openStore(ctx context.Context, cfg Config, log zerolog.Logger, met *brokermetrics.Metrics,
+	srv *wire.Server) (*sqlstore.Store, error) {
+	maxWait := connectRetryMax
+	if cfg.connectRetryMax > 0 {
+		maxWait = cfg.connectRetryMax
+	}
+	wait := min(connectRetryMin, maxWait)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		store, err := sqlstore.Open(actx, sqlstore.Config{
+			URL: cfg.DatabaseURL, Schema: cfg.Schema, MaxConns: int32(cfg.PoolSize),
+			StatementTimeout: cfg.StatementTimeout, Logger: log.With().Str("component", "sqlstore").Logger(),
+			OnRetention: func(st sqlstore.RetentionStats, err error) {
+				met.ObserveRetention(st.LogTxns, st.Segments, err != nil && !errors.Is(err, context.Canceled))
+			},
+		})
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info().Int("attempts", attempt).Msg("database connected")
+			}
+			return store, nil
+		}
+		err = fmt.Errorf("open database (DATABASE_URL / PG_*): %w", err)
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		if _, bad := errors.AsType[*pgconn.ParseConfigError](err); bad ||
+			errors.Is(err, sqlstore.ErrMigrationChanged) || errors.Is(err, sqlstore.ErrSchemaNewer) {
+			return nil, err
+		}
+		srv.SetStartError(err)
+		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).
+			Msg("database not reachable; serving 503 until it is, retrying")
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(2*wait, maxWait)
+	}
+}
+
+// readiness is the readiness probe's backend (GET /ready): the store's
+// database and schema checks and the registry's mailbox pressure.
+type readiness struct {
+	store *sqlstore.Store
+	reg   *actor.Registry
+}
+
+// Readiness implements wire.Readiness.
+func (r readiness) Readiness(ctx context.Context) reginatype.Readiness {
+	var out reginatype.Readiness
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	st := r.store.CheckReady(pctx)
+	cancel()
+	out.Database = reginatype.ReadinessCheck{OK: st.Err == nil, LatencyMs: float64(st.Latency.Microseconds()) / 1000}
+	if st.Err != nil {
+		out.Database.Error = st.Err.Error()
+		out.Migrations.Error = "unknown: the database did not answer"
+	} else {
+		out.Migrations = reginatype.ReadinessCheck{OK: st.Schema.Problem == "", Error: st.Schema.Problem,
+			Version: st.Schema.Version, Expected: st.Schema.Expected}
+	}
+	p := r.reg.Pressure()
+	out.Mailboxes = reginatype.ReadinessCheck{OK: p.Full == 0, Actors: p.Actors, Depth: p.Depth, Full: p.Full,
+		Fullest: p.Fullest}
+	if p.Full > 0 {
+		out.Mailboxes.Error = fmt.Sprintf("%d partition mailbox(es) at their bound: pushes to them are refused", p.Full)
+	}
+	return out
 }
 
 // instanceName names this broker in what it records (trace events, the

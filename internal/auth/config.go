@@ -21,8 +21,9 @@ const (
 )
 
 // DefaultSkipPaths are the paths served without a token unless
-// JWT_SKIP_PATHS says otherwise (upstream's default).
-var DefaultSkipPaths = []string{"/health", "/metrics", "/metrics/prometheus", "/"}
+// JWT_SKIP_PATHS says otherwise: upstream's default plus the probes
+// Regina adds (/health/live, /ready).
+var DefaultSkipPaths = []string{"/health", "/health/live", "/ready", "/metrics", "/metrics/prometheus", "/"}
 
 // Defaults of the settings that have one.
 const (

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
+)
+
+// readyChecks returns /ready's status and its checks.
+func readyChecks(t *testing.T, b *testBroker) (int, map[string]map[string]any) {
+	t.Helper()
+	status, body := do(t, "GET", b.URL+"/ready", nil)
+	var r struct {
+		Status string                    `json:"status"`
+		Checks map[string]map[string]any `json:"checks"`
+	}
+	require.NoError(t, json.Unmarshal(body, &r), "body %s", body)
+	return status, r.Checks
+}
+
+func TestReadinessReportsMailboxPressure(t *testing.T) {
+	t.Parallel()
+	hook, release, first := holdActors()
+	defer release()
+	b := startBroker(t, "", func(c *Config) {
+		c.beforeBatch = hook
+		c.MailboxMaxItems = 2
+	})
+
+	status, checks := readyChecks(t, b)
+	require.Equal(t, http.StatusOK, status, "checks %v", checks)
+	require.Equal(t, true, checks["database"]["ok"])
+	require.Equal(t, true, checks["migrations"]["ok"])
+	require.Positive(t, checks["migrations"]["version"])
+	require.Equal(t, checks["migrations"]["expected"], checks["migrations"]["version"])
+	require.Equal(t, true, checks["mailboxes"]["ok"])
+
+	// One push is held in its batch, a second of two items fills the
+	// mailbox (bound 2): the broker is not ready, though alive and healthy.
+	var wg sync.WaitGroup
+	send := func(items ...item) {
+		wg.Go(func() {
+			if status, body := b.pushRaw(t, map[string]any{"items": items}); status != http.StatusCreated {
+				t.Errorf("push: %d %s", status, body)
+			}
+		})
+	}
+	send(item{"queue": "held", "transactionId": "a"})
+	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		if first.Load() == 0 {
+			return errNotYet
+		}
+		return nil
+	})
+	send(item{"queue": "held", "transactionId": "b"}, item{"queue": "held", "transactionId": "c"})
+	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		if status, _ := readyChecks(t, b); status != http.StatusServiceUnavailable {
+			return errNotYet
+		}
+		return nil
+	})
+	_, checks = readyChecks(t, b)
+	require.Equal(t, false, checks["mailboxes"]["ok"])
+	require.InDelta(t, 1, checks["mailboxes"]["full"], 0)
+	require.InDelta(t, 1.0, checks["mailboxes"]["fullest"], 0.001)
+	require.NotEmpty(t, checks["mailboxes"]["error"])
+	require.Equal(t, true, checks["database"]["ok"])
+	status, _ = do(t, "GET", b.URL+"/health", nil)
+	require.Equal(t, http.StatusOK, status, "a full mailbox is not a liveness problem")
+
+	release()
+	wg.Wait()
+	status, checks = readyChecks(t, b)
+	require.Equal(t, http.StatusOK, status, "checks %v", checks)
+}
+
+func TestDatabaseOutageAnswersRetryable503(t *testing.T) {
+	t.Parallel()
+	px, dbURL := proxyTo(t)
+	px.setForward(true)
+	b := startBroker(t, "", func(c *Config) { c.DatabaseURL = dbURL })
+	first := b.push(t, item{"queue": "q", "transactionId": "before"})
+	require.Equal(t, "queued", first[0].Status)
+
+	// The database goes away: every connection is cut, none can be made.
+	px.setForward(false)
+	push := map[string]any{"items": []item{{"queue": "q", "transactionId": "during"}}}
+	for range 3 {
+		requireRetryable503(t, "POST", b.URL+"/api/v1/push", push)
+	}
+	requireRetryable503(t, "GET", b.URL+"/api/v1/resources/queues", nil)
+	status, checks := readyChecks(t, b)
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Equal(t, false, checks["database"]["ok"])
+	require.NotEmpty(t, checks["database"]["error"])
+	status, _ = do(t, "GET", b.URL+"/health", nil)
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	status, _ = do(t, "GET", b.URL+"/health/live", nil)
+	require.Equal(t, http.StatusOK, status)
+
+	// It comes back: the broker reconnects by itself, and a retry of what
+	// was stored before is still a duplicate of it.
+	px.setForward(true)
+	awaitPush(t, b, item{"queue": "q", "transactionId": "during"})
+	again := b.push(t, item{"queue": "q", "transactionId": "before"})
+	require.Equal(t, "duplicate", again[0].Status)
+	require.Equal(t, first[0].MessageID, again[0].MessageID)
+	status, checks = readyChecks(t, b)
+	require.Equal(t, http.StatusOK, status, "checks %v", checks)
+}
+
+// awaitPush pushes it until the broker answers 201; every other answer
+// must be a retryable 503.
+func awaitPush(t *testing.T, b *testBroker, it item) []pushResult {
+	t.Helper()
+	var res []pushResult
+	checkFor(t, 60*time.Second, 50*time.Millisecond, func() error {
+		status, body := b.pushRaw(t, map[string]any{"items": []item{it}})
+		if status == http.StatusCreated {
+			require.NoError(t, json.Unmarshal(body, &res))
+			return nil
+		}
+		require.Equal(t, http.StatusServiceUnavailable, status, "push answered %s", body)
+		require.Contains(t, string(body), `"retryable":true`)
+		return fmt.Errorf("push answered %d %s", status, body)
+	})
+	return res
+}
+
+var readOnlyError = regexp.MustCompile(`read[- ]only`)
+
+// A read-only server (a standby, or default_transaction_read_only) is "no
+// primary": every request answers a retryable 503 and nothing is written;
+// once it is writable again the broker serves without a restart. With
+// target_session_attrs=any the broker's sessions reach the server and fail
+// with SQLSTATE 25006 (each such connection is dropped); by default Regina
+// asks for read-write sessions and the server is refused at connect.
+func TestReadOnlyDatabaseIsNoPrimary(t *testing.T) {
+	t.Parallel()
+	admin := sqlstoretest.Pool(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ name, attrs string }{
+		{"read-write sessions (default)", ""},
+		{"target_session_attrs=any (25006)", "any"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dbName := fmt.Sprintf("regina_ro_%s", partition.NewV7().String()[24:])
+			_, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{dbName}.Sanitize())
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)")
+			})
+			u, err := url.Parse(sqlstoretest.URL(t))
+			require.NoError(t, err)
+			u.Path = "/" + dbName
+			if tc.attrs != "" {
+				q := u.Query()
+				q.Set("target_session_attrs", tc.attrs)
+				u.RawQuery = q.Encode()
+			}
+			b := startBroker(t, "queen", func(c *Config) { c.DatabaseURL = u.String() })
+			first := b.push(t, item{"queue": "q", "transactionId": "before"})
+			require.Equal(t, "queued", first[0].Status)
+
+			setReadOnly := func(on bool) {
+				t.Helper()
+				stmt := "ALTER DATABASE " + pgx.Identifier{dbName}.Sanitize() + " SET default_transaction_read_only = on"
+				if !on {
+					stmt = "ALTER DATABASE " + pgx.Identifier{dbName}.Sanitize() + " RESET default_transaction_read_only"
+				}
+				_, err := admin.Exec(ctx, stmt)
+				require.NoError(t, err)
+			}
+			// Read-only from the next session on; the broker's sessions end
+			// (as they do when a primary goes down and comes back a standby).
+			setReadOnly(true)
+			_, err = admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", dbName)
+			require.NoError(t, err)
+			checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+				status, checks := readyChecks(t, b)
+				if status == http.StatusServiceUnavailable && readOnlyError.MatchString(fmt.Sprint(checks["database"]["error"])) {
+					return nil
+				}
+				return fmt.Errorf("/ready %d %v", status, checks)
+			})
+			push := map[string]any{"items": []item{{"queue": "q", "transactionId": "during"}}}
+			for range 4 {
+				requireRetryable503(t, "POST", b.URL+"/api/v1/push", push)
+			}
+
+			// Writable again: the broker serves without a restart.
+			setReadOnly(false)
+			res := awaitPush(t, b, item{"queue": "q", "transactionId": "during"})
+			require.Equal(t, "queued", res[0].Status, "nothing of it was written while read-only")
+			again := b.push(t, item{"queue": "q", "transactionId": "before"})
+			require.Equal(t, "duplicate", again[0].Status)
+			require.Equal(t, first[0].MessageID, again[0].MessageID)
+			status, checks := readyChecks(t, b)
+			require.Equal(t, http.StatusOK, status, "checks %v", checks)
+		})
+	}
+}
