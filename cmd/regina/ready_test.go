@@ -156,7 +156,8 @@ func TestReadOnlyDatabaseIsNoPrimary(t *testing.T) {
 		{"target_session_attrs=any (25006)", "any"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dbName := fmt.Sprintf("regina_ro_%s", partition.NewV7().String()[24:])
+			t.Parallel()
+			dbName := "regina_ro_" + partition.NewV7().String()[24:]
 			_, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{dbName}.Sanitize())
 			require.NoError(t, err)
 			t.Cleanup(func() {
