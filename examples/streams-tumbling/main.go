@@ -14,6 +14,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -21,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -51,18 +53,18 @@ type client struct {
 
 // call sends a request with a JSON body (nil: none) and decodes a JSON
 // answer into out; 204 leaves out untouched.
-func (c *client) call(method, path string, body, out any) (int, error) {
+func (c *client) call(method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(context.Background(), method, c.base+path, rd)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.token != "" {
@@ -70,20 +72,20 @@ func (c *client) call(method, path string, body, out any) (int, error) {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, err
+		return err
 	}
 	if resp.StatusCode >= 300 {
-		return resp.StatusCode, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
 	}
 	if resp.StatusCode == http.StatusNoContent || out == nil {
-		return resp.StatusCode, nil
+		return nil
 	}
-	return resp.StatusCode, json.Unmarshal(b, out)
+	return json.Unmarshal(b, out)
 }
 
 type message struct {
@@ -130,7 +132,7 @@ func run(c *client, queue string, n int) error {
 			"transactionId": fmt.Sprintf("%s-%d", queue, i), "payload": ev})
 		want[fmt.Sprintf("%s/%d", part, ev.TS-ev.TS%windowMs)] += ev.Amount
 	}
-	if _, err := c.call("POST", "/api/v1/push", map[string]any{"items": items}, nil); err != nil {
+	if err := c.call("POST", "/api/v1/push", map[string]any{"items": items}, nil); err != nil {
 		return err
 	}
 
@@ -141,11 +143,11 @@ func run(c *client, queue string, n int) error {
 		QueryID string `json:"query_id"`
 		Fresh   bool   `json:"fresh"`
 	}
-	if _, err := c.call("POST", "/streams/v1/queries", map[string]any{"name": name, "source_queue": queue,
+	if err := c.call("POST", "/streams/v1/queries", map[string]any{"name": name, "source_queue": queue,
 		"sink_queue": sink, "config_hash": hex.EncodeToString(h[:]), "reset": false}, &reg); err != nil {
 		return err
 	}
-	fmt.Printf("registered %s as %s (fresh=%v)\n", name, reg.QueryID, reg.Fresh)
+	fmt.Fprintf(os.Stdout, "registered %s as %s (fresh=%v)\n", name, reg.QueryID, reg.Fresh)
 
 	// The main loop: until the source has nothing left for the group.
 	seen := map[string]string{} // partition id -> name
@@ -154,7 +156,7 @@ func run(c *client, queue string, n int) error {
 			Messages []message `json:"messages"`
 		}
 		q := url.Values{"batch": {"7"}, "wait": {"true"}, "timeout": {"500"}, "consumerGroup": {group}, "partitions": {"2"}}
-		if _, err := c.call("GET", "/api/v1/pop/queue/"+url.PathEscape(queue)+"?"+q.Encode(), nil, &pop); err != nil {
+		if err := c.call("GET", "/api/v1/pop/queue/"+url.PathEscape(queue)+"?"+q.Encode(), nil, &pop); err != nil {
 			return err
 		}
 		if len(pop.Messages) == 0 {
@@ -193,7 +195,7 @@ func run(c *client, queue string, n int) error {
 			Messages []message `json:"messages"`
 		}
 		q := url.Values{"batch": {"100"}, "consumerGroup": {"check"}}
-		if _, err := c.call("GET", "/api/v1/pop/queue/"+url.PathEscape(sink)+"?"+q.Encode(), nil, &pop); err != nil {
+		if err := c.call("GET", "/api/v1/pop/queue/"+url.PathEscape(sink)+"?"+q.Encode(), nil, &pop); err != nil {
 			return err
 		}
 		if len(pop.Messages) == 0 {
@@ -213,11 +215,11 @@ func run(c *client, queue string, n int) error {
 				return fmt.Errorf("window %s emitted twice", k)
 			}
 			got[k] = w.Sum
-			fmt.Printf("%s  %s  sum=%d count=%d\n", m.Partition,
+			fmt.Fprintf(os.Stdout, "%s  %s  sum=%d count=%d\n", m.Partition,
 				time.UnixMilli(w.WindowStart).UTC().Format("15:04:05"), w.Sum, w.Count)
 		}
 		last := pop.Messages[len(pop.Messages)-1]
-		if _, err := c.call("POST", "/api/v1/ack", map[string]any{"transactionId": last.TransactionID,
+		if err := c.call("POST", "/api/v1/ack", map[string]any{"transactionId": last.TransactionID,
 			"partitionId": last.PartitionID, "leaseId": last.LeaseID, "consumerGroup": "check",
 			"status": "completed"}, nil); err != nil {
 			return err
@@ -231,7 +233,7 @@ func run(c *client, queue string, n int) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("%d windows emitted, want %d", len(got), len(want))
 	}
-	fmt.Printf("ok: %d windows, every sum as expected\n", len(got))
+	fmt.Fprintf(os.Stdout, "ok: %d windows, every sum as expected\n", len(got))
 	return nil
 }
 
@@ -312,16 +314,14 @@ func emit(sink, part string, w *window) map[string]any {
 
 func state(c *client, qid, pid string, filter map[string]any) (map[string]*window, error) {
 	body := map[string]any{"query_id": qid, "partition_id": pid, "keys": []string{}}
-	for k, v := range filter {
-		body[k] = v
-	}
+	maps.Copy(body, filter)
 	var res struct {
 		Rows []struct {
 			Key   string `json:"key"`
 			Value window `json:"value"`
 		} `json:"rows"`
 	}
-	if _, err := c.call("POST", "/streams/v1/state/get", body, &res); err != nil {
+	if err := c.call("POST", "/streams/v1/state/get", body, &res); err != nil {
 		return nil, err
 	}
 	out := map[string]*window{}
@@ -336,7 +336,7 @@ func commit(c *client, body map[string]any) error {
 		Success bool   `json:"success"`
 		Error   string `json:"error"`
 	}
-	if _, err := c.call("POST", "/streams/v1/cycle", body, &res); err != nil {
+	if err := c.call("POST", "/streams/v1/cycle", body, &res); err != nil {
 		return err
 	}
 	if !res.Success {
