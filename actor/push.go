@@ -208,6 +208,9 @@ type scratch struct {
 	// cache's input); stored those of the leaders a push stored.
 	hashes [][16]byte
 	stored [][16]byte
+	// fps are the payload fingerprints of every item of the batch, in batch
+	// order, when the queue checks them (empty otherwise).
+	fps []int64
 }
 
 func newActor(r *Registry, queue, part string) *actor {
@@ -419,6 +422,7 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 		case err == nil:
 			a.learn(&res)
 			a.ref.WindowSeconds = res.WindowSeconds
+			a.ref.PayloadCheck = res.PayloadCheck
 			a.answer(reqs, &res)
 			return nil
 		case errors.Is(err, reginatype.ErrPartitionMissing):
@@ -428,6 +432,7 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 			a.resolved = false
 		case errors.Is(err, reginatype.ErrWindowChanged):
 			a.ref.WindowSeconds = res.WindowSeconds
+			a.ref.PayloadCheck = res.PayloadCheck
 		default:
 			// Nothing learned: the outcome may be unknown (a segment may
 			// have been written), so drop what the cache holds.
@@ -464,12 +469,21 @@ func (a *actor) buildBatch(reqs []*request) {
 	b.WindowHint = a.ref.WindowSeconds
 	b.Watermark = reginatype.NoWatermark
 	s.hashes = s.hashes[:0]
+	s.fps = s.fps[:0]
+	check := a.ref.ChecksPayloads()
+	if check {
+		b.Fingerprints = make([]int64, 0, len(s.leaders))
+	}
 	now := time.Now().UnixMicro()
 	li := 0
 	idx := 0
 	for _, q := range reqs {
 		q.mu.Lock()
 		for i := range q.items {
+			if check {
+				// Of the payload as received: the bytes a retry resends.
+				s.fps = append(s.fps, partition.Fingerprint(q.items[i].Payload))
+			}
 			if li < len(s.leaders) && s.leaders[li] == idx {
 				it := &q.items[i]
 				id := partition.NewV7()
@@ -479,6 +493,9 @@ func (a *actor) buildBatch(reqs []*request) {
 				h := partition.HashTxID(it.TransactionID)
 				s.hashes = append(s.hashes, h)
 				b.Add(h, id, &body)
+				if check {
+					b.Fingerprints = append(b.Fingerprints, s.fps[idx])
+				}
 				li++
 			}
 			idx++
@@ -523,25 +540,60 @@ func (a *actor) learn(res *reginatype.PushResult) {
 // them in the metrics and wakes long-polling consumers of the queue.
 func (a *actor) answer(reqs []*request, res *reginatype.PushResult) {
 	s := &a.scratch
+	check := len(s.fps) > 0 && res.PayloadCheck != partition.PayloadCheckOff
+	reject := check && res.PayloadCheck == partition.PayloadCheckReject
+	// ref[i] is the fingerprint of the message item i names (its own for a
+	// stored leader, its original's for a duplicate, nil when unknown).
+	var ref []*int64
+	if check {
+		ref = make([]*int64, len(s.fps))
+		for i := range s.fps {
+			if s.leader[i] == i {
+				ref[i] = &s.fps[i]
+			}
+		}
+	}
 	// Leaders found in the window: duplicate, with the original's id.
 	for k, bi := range res.DupIndex {
 		item := s.leaders[bi]
-		s.results[item] = reginatype.PushVerdict{Status: partition.StatusDuplicate, MessageID: res.DupOriginal[k]}
+		v := reginatype.PushVerdict{Status: partition.StatusDuplicate, MessageID: res.DupOriginal[k]}
+		if check {
+			ref[item] = res.DupFingerprint[k]
+			v.Payload = partition.ComparePayload(s.fps[item], ref[item])
+		}
+		s.results[item] = v
 	}
-	var queued, dups, unknown int
+	var queued, dups, unknown, conflicts, mismatches int
+	firstMismatch := -1
 	idx := 0
 	for _, q := range reqs {
 		q.results = make([]reginatype.PushVerdict, q.n)
 		for i := range q.results {
 			if l := s.leader[idx]; l != idx {
-				// Follower: echo the leader's final message id.
-				s.results[idx] = reginatype.PushVerdict{Status: partition.StatusDuplicate, MessageID: s.results[l].MessageID}
+				// Follower: echo the leader's final message id, and compare
+				// with the payload of the message it names.
+				v := reginatype.PushVerdict{Status: partition.StatusDuplicate, MessageID: s.results[l].MessageID}
+				if check {
+					v.Payload = partition.ComparePayload(s.fps[idx], ref[l])
+				}
+				s.results[idx] = v
 			}
 			v := s.results[idx]
+			if v.Payload == partition.PayloadDifferent {
+				mismatches++
+				if firstMismatch < 0 {
+					firstMismatch = idx
+				}
+				if reject {
+					v.Status = partition.StatusConflict
+				}
+			}
 			q.results[i] = v
 			switch {
 			case v.Status == partition.StatusQueued:
 				queued++
+			case v.Status == partition.StatusConflict:
+				conflicts++
 			case v.MessageID.IsZero():
 				unknown++ // a duplicate whose original's segment is gone
 			default:
@@ -550,6 +602,13 @@ func (a *actor) answer(reqs []*request, res *reginatype.PushResult) {
 			idx++
 		}
 	}
+	if mismatches > 0 {
+		a.reg.cfg.Metrics.ForQueue(a.queue).PayloadMismatches(mismatches)
+		a.reg.mismatchLog.Warn().Str("queue", a.queue).Str("partition", a.part).
+			Str("transactionId", s.txIDs[firstMismatch]).Str("originalMessageId", s.results[firstMismatch].MessageID.String()).
+			Str("dedupPayloadCheck", res.PayloadCheck).Int("items", mismatches).
+			Msg("transaction id reused with a different payload")
+	}
 	a.reg.batches.Add(1)
 	a.reg.queued.Add(uint64(queued))
 	a.reg.duplicates.Add(uint64(dups + unknown))
@@ -557,6 +616,7 @@ func (a *actor) answer(reqs []*request, res *reginatype.PushResult) {
 	m.ObserveBatch(queued + dups + unknown)
 	mq := m.ForQueue(a.queue)
 	mq.Verdicts(queued, dups, unknown)
+	mq.Conflicts(conflicts)
 	// For each duplicate the probe found, the age of its original (from the
 	// original's stored time to this transaction's).
 	for _, at := range res.DupCreated {

@@ -126,6 +126,9 @@ type Registry struct {
 	wg      sync.WaitGroup
 	stop    chan struct{}
 	signals pushSignals
+	// mismatchLog warns about reused transaction ids, a few per period
+	// whatever the rate (the counter has the totals).
+	mismatchLog zerolog.Logger
 
 	batches, queued, duplicates, mailboxFull, pushFailures atomic.Uint64
 }
@@ -146,16 +149,25 @@ func NewRegistry(store Store, cfg Config) *Registry {
 	if c == nil {
 		c = cache.New(cache.Config{Enabled: false})
 	}
+	log := cfg.Logger.With().Str("component", "actor").Logger()
 	return &Registry{
-		store:  store,
-		cfg:    cfg,
-		log:    cfg.Logger.With().Str("component", "actor").Logger(),
-		cache:  c,
-		hyd:    newHydrator(cfg.CacheBudgetBytes),
-		actors: make(map[string]*actor),
-		stop:   make(chan struct{}),
+		store:       store,
+		cfg:         cfg,
+		log:         log,
+		mismatchLog: log.Sample(&zerolog.BurstSampler{Burst: mismatchLogBurst, Period: mismatchLogPeriod}),
+		cache:       c,
+		hyd:         newHydrator(cfg.CacheBudgetBytes),
+		actors:      make(map[string]*actor),
+		stop:        make(chan struct{}),
 	}
 }
+
+// The rate of the payload mismatch warnings: at most mismatchLogBurst per
+// mismatchLogPeriod per broker.
+const (
+	mismatchLogBurst  = 5
+	mismatchLogPeriod = 10 * time.Second
+)
 
 // remove drops a retired actor from the map (if it is still the one there).
 func (r *Registry) remove(a *actor) {

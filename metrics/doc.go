@@ -24,7 +24,8 @@
 //	push_transaction_duration_seconds                 histogram: queen.push_segment round trip
 //	push_failures_total, mailbox_full_total           counters
 //	actors, mailbox_depth_items                       gauges
-//	dedup_verdicts_total{queue,verdict}               counter: queued | duplicate | duplicate_unknown_original
+//	dedup_verdicts_total{queue,verdict}               counter: queued | duplicate | duplicate_unknown_original | conflict
+//	dedup_payload_mismatch_total{queue}               counter: repeats with another payload (dedupPayloadCheck)
 //	dedup_retry_age_seconds{queue}                    histogram: original's stored time -> its duplicate
 //	dedup_probes_total{path,cause}                    counter: watermark/cache_hit | full_window/<cache reason>
 //	dedup_cache_found_total                           counter: batch hashes the cache held (likely duplicates)

@@ -32,6 +32,9 @@ const (
 	VerdictQueued                   = "queued"
 	VerdictDuplicate                = "duplicate"
 	VerdictDuplicateUnknownOriginal = "duplicate_unknown_original"
+	// VerdictConflict: a repeat with a different payload on a queue with
+	// dedupPayloadCheck reject.
+	VerdictConflict = "conflict"
 )
 
 // Config configures a Metrics.
@@ -66,6 +69,7 @@ type Metrics struct {
 	batchItems   prometheus.Histogram
 	pushSeconds  prometheus.Histogram
 	verdicts     *prometheus.CounterVec
+	mismatches   *prometheus.CounterVec
 	retryAge     *prometheus.HistogramVec
 	unresolvable *prometheus.CounterVec
 	retention    *prometheus.CounterVec
@@ -106,8 +110,14 @@ func New(cfg Config) *Metrics {
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "regina_dedup_verdicts_total",
 			Help: "Pushed items by queue and verdict: queued, duplicate, duplicate_unknown_original " +
-				"(a duplicate whose original's segment is gone, answered with the zero UUID).",
+				"(a duplicate whose original's segment is gone, answered with the zero UUID), conflict " +
+				"(a repeat with a different payload, dedupPayloadCheck reject).",
 		}, []string{"queue", "verdict"}),
+		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "regina_dedup_payload_mismatch_total",
+			Help: "Repeats of a transaction id whose payload differs from the original's (queues with " +
+				"dedupPayloadCheck report or reject), by queue.",
+		}, []string{"queue"}),
 		retryAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "regina_dedup_retry_age_seconds",
 			Help: "Time from an original's stored creation to a duplicate of it found in the window, " +
@@ -130,7 +140,7 @@ func New(cfg Config) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.httpRequests, m.httpSeconds, m.batchItems, m.pushSeconds, m.verdicts, m.retryAge,
+		m.httpRequests, m.httpSeconds, m.batchItems, m.pushSeconds, m.verdicts, m.mismatches, m.retryAge,
 		m.unresolvable, m.retention, m.retPasses,
 		&snapshotCollector{m: m},
 	)
@@ -204,6 +214,7 @@ func (m *Metrics) ObserveRetention(logTxns, segments int64, failed bool) {
 // does not look labels up. Actors keep one.
 type Queue struct {
 	queued, dup, dupUnknown prometheus.Counter
+	conflict, mismatch      prometheus.Counter
 	retryAge                prometheus.Observer
 }
 
@@ -218,6 +229,8 @@ func (m *Metrics) ForQueue(queue string) *Queue {
 		queued:     m.verdicts.WithLabelValues(l, VerdictQueued),
 		dup:        m.verdicts.WithLabelValues(l, VerdictDuplicate),
 		dupUnknown: m.verdicts.WithLabelValues(l, VerdictDuplicateUnknownOriginal),
+		conflict:   m.verdicts.WithLabelValues(l, VerdictConflict),
+		mismatch:   m.mismatches.WithLabelValues(l),
 		retryAge:   m.retryAge.WithLabelValues(l),
 	})
 	return q.(*Queue) //nolint:forcetypeassert // bound holds only *Queue
@@ -233,6 +246,20 @@ func (q *Queue) Verdicts(queued, duplicate, unknownOriginal int) {
 	}
 	if unknownOriginal > 0 {
 		q.dupUnknown.Add(float64(unknownOriginal))
+	}
+}
+
+// Conflicts adds the conflict verdicts of one batch.
+func (q *Queue) Conflicts(n int) {
+	if n > 0 {
+		q.conflict.Add(float64(n))
+	}
+}
+
+// PayloadMismatches adds repeats whose payload differed from the original's.
+func (q *Queue) PayloadMismatches(n int) {
+	if n > 0 {
+		q.mismatch.Add(float64(n))
 	}
 }
 

@@ -10,6 +10,10 @@ const (
 	// StatusDuplicate means nothing was written: an earlier message with the
 	// same transaction id is inside the partition's window.
 	StatusDuplicate
+	// StatusConflict means nothing was written: an earlier message with the
+	// same transaction id is inside the window and its payload differs
+	// (only on a queue with dedupPayloadCheck reject).
+	StatusConflict
 )
 
 // String returns the wire name of the status.
@@ -19,6 +23,8 @@ func (s Status) String() string {
 		return "queued"
 	case StatusDuplicate:
 		return "duplicate"
+	case StatusConflict:
+		return "conflict"
 	default:
 		return "unknown"
 	}

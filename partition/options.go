@@ -22,6 +22,11 @@ type QueueOptions struct {
 	// DedupWindowSeconds is how long a transaction id stays a duplicate after
 	// its original was committed; 0 disables the check.
 	DedupWindowSeconds int `json:"dedupWindowSeconds"`
+	// DedupPayloadCheck is what a duplicate's payload is compared with:
+	// PayloadCheckOff (nothing stored, nothing compared), PayloadCheckReport
+	// (a duplicate with another payload is answered duplicate with
+	// payloadMismatch) or PayloadCheckReject (it is answered conflict).
+	DedupPayloadCheck PayloadCheck `json:"dedupPayloadCheck"`
 }
 
 // DefaultDedupWindowSeconds is the deduplication window of a queue configured
@@ -39,6 +44,7 @@ func DefaultQueueOptions() QueueOptions {
 		RetryDelay:         1000,
 		TTL:                3600,
 		DedupWindowSeconds: DefaultDedupWindowSeconds,
+		DedupPayloadCheck:  PayloadCheckOff,
 	}
 }
 

@@ -11,9 +11,10 @@ var (
 	// ErrPartitionMissing means the partition row is gone (its queue was
 	// deleted): resolve the partition again and retry.
 	ErrPartitionMissing = errors.New("partition no longer exists")
-	// ErrWindowChanged means the queue's deduplication was switched on or off
-	// since the caller last looked: nothing was written; collapse the batch
-	// according to the returned window and retry.
+	// ErrWindowChanged means the queue's deduplication, or its payload check,
+	// was switched on or off since the caller last looked: nothing was
+	// written; collapse the batch according to the returned window, send
+	// fingerprints according to the returned payload check, and retry.
 	ErrWindowChanged = errors.New("deduplication window switched on or off")
 	// ErrOutcomeUnknown means the statement may or may not have committed (the
 	// connection broke after the request was sent, or COMMIT failed). The

@@ -17,6 +17,14 @@ type PartitionRef struct {
 	QueueID partition.UUID
 	// WindowSeconds is the queue's deduplication window when last read.
 	WindowSeconds int
+	// PayloadCheck is the queue's dedupPayloadCheck when last read.
+	PayloadCheck partition.PayloadCheck
+}
+
+// ChecksPayloads reports whether a push to the partition must carry payload
+// fingerprints: deduplication on and dedupPayloadCheck not off.
+func (r *PartitionRef) ChecksPayloads() bool {
+	return r.WindowSeconds != 0 && r.PayloadCheck != "" && r.PayloadCheck != partition.PayloadCheckOff
 }
 
 // PushBatch is one batch of one partition, ready for the push transaction.
@@ -36,6 +44,10 @@ type PushBatch struct {
 	IDs       []byte
 	Bodies    []byte
 	Ends      []int32
+	// Fingerprints are the items' payload fingerprints, nil when the caller
+	// believes the queue's dedupPayloadCheck is off (whether it is nil
+	// decides like WindowHint: see ErrWindowChanged).
+	Fingerprints []int64
 }
 
 // Reset empties the batch, keeping its buffers.
@@ -44,6 +56,7 @@ func (b *PushBatch) Reset() {
 	b.IDs = b.IDs[:0]
 	b.Bodies = b.Bodies[:0]
 	b.Ends = b.Ends[:0]
+	b.Fingerprints = nil
 }
 
 // Add appends one item (a leader) to the batch.
@@ -61,6 +74,8 @@ func (b *PushBatch) Len() int { return len(b.Hashes) }
 type PushResult struct {
 	// WindowSeconds is the queue's window the transaction applied.
 	WindowSeconds int
+	// PayloadCheck is the queue's dedupPayloadCheck the transaction read.
+	PayloadCheck partition.PayloadCheck
 	// FirstOffset is the offset of the first stored item, -1 when nothing was
 	// written (every item was a duplicate).
 	FirstOffset int64
@@ -74,6 +89,9 @@ type PushResult struct {
 	DupIndex    []int
 	DupOriginal []partition.UUID
 	DupCreated  []time.Time
+	// DupFingerprint[k] is the payload fingerprint of item DupIndex[k]'s
+	// original, nil when it was stored without one (the check was off).
+	DupFingerprint []*int64
 }
 
 // PushItem is one item of a push, validated by the caller.
@@ -96,6 +114,10 @@ type PushVerdict struct {
 	// MessageID is the stored message's id, or for a duplicate the
 	// original's (partition.ZeroUUID when the original's segment is gone).
 	MessageID partition.UUID
+	// Payload is how a duplicate's or conflict's payload compared with the
+	// payload of the message it names (PayloadUnchecked when the queue's
+	// dedupPayloadCheck is off or the original has no fingerprint).
+	Payload partition.PayloadMatch
 }
 
 // PushGroup is the part of a push request that targets one partition. The

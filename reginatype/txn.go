@@ -36,6 +36,9 @@ type TxnPushResult struct {
 	// Duplicate marks a repeat of an earlier item of the same transaction:
 	// it echoes the leader's message id and wrote nothing.
 	Duplicate bool
+	// Payload is how a Duplicate's payload compared with its leader's
+	// (PayloadUnchecked when the queue's dedupPayloadCheck is off).
+	Payload partition.PayloadMatch
 }
 
 // TxnResult is what a committed transaction did.
@@ -58,15 +61,26 @@ type TxnWrite struct {
 }
 
 // DuplicateError aborts a transaction whose push repeats a transaction id
-// already stored in the partition's window.
+// already stored in the partition's window, or (Conflict, on a queue with
+// dedupPayloadCheck reject) repeats one with a different payload, stored or
+// earlier in the same transaction.
 type DuplicateError struct {
 	Queue, Partition, TransactionID string
 	// Original is the stored message's id (zero when its segment is gone).
 	Original partition.UUID
+	// Payload is how the repeat's payload compared with the original's.
+	Payload partition.PayloadMatch
+	// Conflict: the payloads differ and the queue rejects that.
+	Conflict bool
 }
 
 // Error implements error.
 func (e *DuplicateError) Error() string {
+	if e.Conflict {
+		return fmt.Sprintf("conflict: transactionId %q in queue %q partition %q was already used for a different "+
+			"payload (original message_id %s): the transaction was rolled back",
+			e.TransactionID, e.Queue, e.Partition, e.Original)
+	}
 	return fmt.Sprintf("duplicate transactionId %q in queue %q partition %q (original message_id %s): "+
 		"the transaction was rolled back", e.TransactionID, e.Queue, e.Partition, e.Original)
 }

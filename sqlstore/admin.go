@@ -40,7 +40,7 @@ func (s *Store) QueueDetails(ctx context.Context, f reginatype.QueueFilter) ([]r
 					&o.LeaseTime, &o.RetryLimit, &o.RetryDelay, &o.MaxSize, &o.TTL, &o.Priority,
 					&o.DelayedProcessing, &o.WindowBuffer, &o.DeadLetterQueue, &o.DLQAfterMaxRetries,
 					&o.RetentionEnabled, &o.RetentionSeconds, &o.CompletedRetentionSeconds,
-					&o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.DedupWindowSeconds); err != nil {
+					&o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.DedupWindowSeconds, &o.DedupPayloadCheck); err != nil {
 					rows.Close()
 					return err
 				}

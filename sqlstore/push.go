@@ -19,7 +19,7 @@ func (s *Store) EnsurePartition(ctx context.Context, queue, partName string) (re
 	ns, task := DeriveNamespaceTask(queue)
 	var ref reginatype.PartitionRef
 	err := s.pool.QueryRow(ctx, s.sql.ensurePartition, queue, partName, ns, task).
-		Scan((*uuidScanner)(&ref.ID), (*uuidScanner)(&ref.QueueID), &ref.WindowSeconds)
+		Scan((*uuidScanner)(&ref.ID), (*uuidScanner)(&ref.QueueID), &ref.WindowSeconds, &ref.PayloadCheck)
 	if err != nil {
 		return ref, fmt.Errorf("ensure partition %s/%s: %w", queue, partName, classify(err))
 	}
@@ -59,11 +59,13 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 		dupIdx  []int32
 		dupIDs  [][]byte
 		dupAt   []time.Time
+		dupFps  []*int64
 		created time.Time
 	)
 	err := s.pool.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, b.Watermark,
-		b.Hashes, b.IDs, b.Bodies, b.Ends).
-		Scan(&status, &res.WindowSeconds, &res.FirstOffset, &created, &dupIdx, &dupIDs, &dupAt)
+		b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints).
+		Scan(&status, &res.WindowSeconds, &res.FirstOffset, &created, &dupIdx, &dupIDs, &dupAt,
+			&res.PayloadCheck, &dupFps)
 	if err != nil {
 		return res, classify(err)
 	}
@@ -77,13 +79,14 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 	default:
 		return res, fmt.Errorf("push_segment: unexpected status %q", status)
 	}
-	if len(dupIdx) != len(dupIDs) || len(dupIdx) != len(dupAt) {
-		return res, errors.New("push_segment: dup_idx, dup_ids and dup_created differ in length")
+	if len(dupIdx) != len(dupIDs) || len(dupIdx) != len(dupAt) || len(dupIdx) != len(dupFps) {
+		return res, errors.New("push_segment: dup_idx, dup_ids, dup_created and dup_fps differ in length")
 	}
 	if len(dupIdx) > 0 {
 		res.DupIndex = make([]int, len(dupIdx))
 		res.DupOriginal = make([]partition.UUID, len(dupIdx))
 		res.DupCreated = dupAt
+		res.DupFingerprint = dupFps
 		for k, i := range dupIdx {
 			res.DupIndex[k] = int(i) - 1
 			copy(res.DupOriginal[k][:], dupIDs[k])

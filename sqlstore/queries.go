@@ -38,7 +38,7 @@ type queries struct {
 const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl, priority,
 	delayed_processing, window_buffer, dead_letter_queue, dlq_after_max_retries,
 	retention_enabled, retention_seconds, completed_retention_seconds,
-	max_wait_time_seconds, encryption_enabled, dedup_window_seconds`
+	max_wait_time_seconds, encryption_enabled, dedup_window_seconds, dedup_payload_check`
 
 // queueOptionFields returns pointers to o's fields in queueOptionColumns order
 // (the order of queen.ensure_partition's option arguments too), for Scan and
@@ -47,7 +47,7 @@ func queueOptionFields(o *partition.QueueOptions) []any {
 	return []any{&o.LeaseTime, &o.RetryLimit, &o.RetryDelay, &o.MaxSize, &o.TTL, &o.Priority,
 		&o.DelayedProcessing, &o.WindowBuffer, &o.DeadLetterQueue, &o.DLQAfterMaxRetries,
 		&o.RetentionEnabled, &o.RetentionSeconds, &o.CompletedRetentionSeconds,
-		&o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.DedupWindowSeconds}
+		&o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.DedupWindowSeconds, &o.DedupPayloadCheck}
 }
 
 // queueOptionLiterals renders o as SQL literals in queueOptionColumns order.
@@ -60,6 +60,8 @@ func queueOptionLiterals(o partition.QueueOptions) string {
 			lits[i] = strconv.Itoa(*v)
 		case *bool:
 			lits[i] = strconv.FormatBool(*v)
+		case *string:
+			lits[i] = "'" + strings.ReplaceAll(*v, "'", "''") + "'"
 		default:
 			panic(fmt.Sprintf("queue option of type %T", f))
 		}
@@ -71,12 +73,13 @@ func newQueries(schema string) queries {
 	q := queries{
 		// A queue created here gets the default options, the same values a
 		// configure without options writes.
-		ensurePartition: `SELECT partition_id, queue_id, window_seconds FROM queen.ensure_partition($1, $2, $3, $4, ` +
+		ensurePartition: `SELECT partition_id, queue_id, window_seconds, payload_check FROM queen.ensure_partition($1, $2, $3, $4, ` +
 			queueOptionLiterals(partition.DefaultQueueOptions()) + `)`,
-		pushSegment: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created
-			FROM queen.push_segment($1, $2, $3, $4, $5, $6, $7)`,
+		pushSegment: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created,
+				payload_check, dup_fps
+			FROM queen.push_segment($1, $2, $3, $4, $5, $6, $7, $8)`,
 		configure: `INSERT INTO queen.queues (name, namespace, task, ` + queueOptionColumns + `)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
 			ON CONFLICT (name) DO UPDATE SET
 				namespace = EXCLUDED.namespace, task = EXCLUDED.task,
 				lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit,
@@ -89,6 +92,7 @@ func newQueries(schema string) queries {
 				max_wait_time_seconds = EXCLUDED.max_wait_time_seconds,
 				encryption_enabled = EXCLUDED.encryption_enabled,
 				dedup_window_seconds = EXCLUDED.dedup_window_seconds,
+				dedup_payload_check = EXCLUDED.dedup_payload_check,
 				updated_at = now()
 			RETURNING id`,
 		deleteQueue:       `DELETE FROM queen.queues WHERE name = $1 RETURNING id`,

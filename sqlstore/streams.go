@@ -284,7 +284,8 @@ func (s *Store) cyclePushes(ctx context.Context, tx pgx.Tx, pushes []reginatype.
 			g = &txnGroup{queue: k[0], part: k[1]}
 			ns, task := DeriveNamespaceTask(k[0])
 			if err := tx.QueryRow(ctx, s.sql.ensurePartition, k[0], k[1], ns, task).
-				Scan((*uuidScanner)(&g.ref.ID), (*uuidScanner)(&g.ref.QueueID), &g.ref.WindowSeconds); err != nil {
+				Scan((*uuidScanner)(&g.ref.ID), (*uuidScanner)(&g.ref.QueueID), &g.ref.WindowSeconds,
+					&g.ref.PayloadCheck); err != nil {
 				return err
 			}
 			byKey[k] = g

@@ -63,7 +63,8 @@ func (s *Store) transactionOnce(ctx context.Context, pushes []reginatype.TxnPush
 				g = &txnGroup{queue: k[0], part: k[1]}
 				ns, task := DeriveNamespaceTask(k[0])
 				if err := tx.QueryRow(ctx, s.sql.ensurePartition, k[0], k[1], ns, task).
-					Scan((*uuidScanner)(&g.ref.ID), (*uuidScanner)(&g.ref.QueueID), &g.ref.WindowSeconds); err != nil {
+					Scan((*uuidScanner)(&g.ref.ID), (*uuidScanner)(&g.ref.QueueID), &g.ref.WindowSeconds,
+						&g.ref.PayloadCheck); err != nil {
 					return err
 				}
 				byKey[k] = g
@@ -127,6 +128,15 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 		}
 		b := &reginatype.PushBatch{Partition: g.ref.ID, WindowHint: g.ref.WindowSeconds, Watermark: reginatype.NoWatermark}
 		msgIDs := make([]partition.UUID, len(ids))
+		// fps[k] is item k's payload fingerprint, when the queue checks them.
+		var fps []int64
+		if g.ref.ChecksPayloads() {
+			fps = make([]int64, len(ids))
+			for k, i := range g.items {
+				fps[k] = partition.Fingerprint(pushes[i].Payload)
+			}
+			b.Fingerprints = make([]int64, 0, len(leaders))
+		}
 		now := nowMicros()
 		for _, k := range leaders {
 			p := &pushes[g.items[k]]
@@ -134,6 +144,9 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 			b.Add(partition.HashTxID(p.TransactionID), msgIDs[k], &partition.Body{CreatedAt: now,
 				TransactionID: p.TransactionID, TraceID: p.TraceID, HasTrace: p.HasTrace, Payload: p.Payload,
 				ProducerSub: p.ProducerSub})
+			if fps != nil {
+				b.Fingerprints = append(b.Fingerprints, fps[k])
+			}
 		}
 		var (
 			status  string
@@ -143,9 +156,12 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 			dupIdx  []int32
 			dupIDs  [][]byte
 			dupAt   []pgTime
+			check   string
+			dupFps  []*int64
 		)
 		err := tx.QueryRow(ctx, s.sql.pushSegment, [16]byte(b.Partition), b.WindowHint, b.Watermark,
-			b.Hashes, b.IDs, b.Bodies, b.Ends).Scan(&status, &win, &first, &created, &dupIdx, &dupIDs, &dupAt)
+			b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints).
+			Scan(&status, &win, &first, &created, &dupIdx, &dupIDs, &dupAt, &check, &dupFps)
 		if err != nil {
 			return err
 		}
@@ -153,6 +169,7 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 		case "ok":
 		case "window_changed":
 			g.ref.WindowSeconds = win
+			g.ref.PayloadCheck = check
 			continue
 		case "missing":
 			return fmt.Errorf("partition %s/%s vanished during the transaction", g.queue, g.part)
@@ -163,14 +180,45 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 			k := leaders[dupIdx[0]-1]
 			var orig partition.UUID
 			copy(orig[:], dupIDs[0])
-			return &reginatype.DuplicateError{Queue: g.queue, Partition: g.part, TransactionID: ids[k], Original: orig}
+			e := &reginatype.DuplicateError{Queue: g.queue, Partition: g.part, TransactionID: ids[k], Original: orig}
+			if fps != nil && len(dupFps) > 0 {
+				e.Payload = partition.ComparePayload(fps[k], dupFps[0])
+				e.Conflict = e.Payload == partition.PayloadDifferent && check == partition.PayloadCheckReject
+			}
+			return e
 		}
-		// Leaders found stored already (dupOK only): their original ids.
+		// Leaders found stored already (dupOK only): their original ids, and
+		// (payload check on) their originals' fingerprints.
 		stored := make(map[int]partition.UUID, len(dupIdx))
+		storedFp := make(map[int]*int64, len(dupIdx))
 		for j, d := range dupIdx {
 			var orig partition.UUID
 			copy(orig[:], dupIDs[j])
 			stored[leaders[d-1]] = orig
+			if j < len(dupFps) {
+				storedFp[leaders[d-1]] = dupFps[j]
+			}
+		}
+		// Each repeat is compared with the message its result names: its
+		// leader, or the leader's stored original. Under reject a different
+		// payload aborts the transaction.
+		match := make([]partition.PayloadMatch, len(ids))
+		if fps != nil {
+			for k, l := range leader {
+				orig, dup := stored[l]
+				if l == k && !dup {
+					continue
+				}
+				ref, named := &fps[l], msgIDs[l]
+				if dup {
+					ref, named = storedFp[l], orig
+				}
+				match[k] = partition.ComparePayload(fps[k], ref)
+				if match[k] == partition.PayloadDifferent && check == partition.PayloadCheckReject {
+					return &reginatype.DuplicateError{Queue: g.queue, Partition: g.part, TransactionID: ids[k],
+						Original: named, Payload: match[k], Conflict: true}
+				}
+			}
 		}
 		if len(stored) < len(leaders) {
 			w := reginatype.TxnWrite{Queue: g.queue, PartitionID: g.ref.ID, WindowSeconds: win, FirstOffset: first, CreatedAt: created}
@@ -184,7 +232,7 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 		for k, i := range g.items {
 			l := leader[k]
 			r := reginatype.TxnPushResult{Index: pushes[i].Index, MessageID: msgIDs[l],
-				PartitionID: g.ref.ID, Queue: g.queue, Duplicate: l != k}
+				PartitionID: g.ref.ID, Queue: g.queue, Duplicate: l != k, Payload: match[k]}
 			if orig, dup := stored[l]; dup {
 				r.MessageID, r.Duplicate = orig, true
 			}

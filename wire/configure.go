@@ -36,7 +36,7 @@ var configureOptions = map[string]bool{
 	"leaseTime": true, "retryLimit": true, "retryDelay": true, "maxSize": true, "ttl": true, "priority": true,
 	"delayedProcessing": true, "windowBuffer": true, "retentionSeconds": true, "completedRetentionSeconds": true,
 	"maxWaitTimeSeconds": true, "dedupWindowSeconds": true, "deadLetterQueue": true, "dlqAfterMaxRetries": true,
-	"retentionEnabled": true, "encryptionEnabled": true,
+	"retentionEnabled": true, "encryptionEnabled": true, "dedupPayloadCheck": true,
 }
 
 // configureFields are the top-level keys of a configure body.
@@ -135,6 +135,13 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 		if err := unmarshal(v, f.dst); err != nil {
 			return req, fmt.Errorf("options.%s must be a boolean", f.name)
 		}
+	}
+	if v, ok := raw.Options["dedupPayloadCheck"]; ok && kindOf(v) != kindNull {
+		s, err := rawString(v)
+		if kindOf(v) != kindString || err != nil || !partition.ValidPayloadCheck(s) {
+			return req, errors.New(`options.dedupPayloadCheck must be "off", "report" or "reject"`)
+		}
+		o.DedupPayloadCheck = s
 	}
 	if o.EncryptionEnabled {
 		return req, errors.New("options.encryptionEnabled is not supported by this broker")

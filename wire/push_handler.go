@@ -56,6 +56,16 @@ func (s *Server) handlePush(ctx *fasthttp.RequestCtx) {
 	writeRaw(ctx, fasthttp.StatusCreated, b)
 }
 
+// conflictText is the error of a conflict verdict.
+func conflictText(original partition.UUID) string {
+	if original.IsZero() {
+		return "transactionId already used for a different payload (original message_id " + original.String() +
+			": its segment was removed by retention); nothing was written"
+	}
+	return "transactionId already used for a different payload (original message_id " + original.String() +
+		"); nothing was written"
+}
+
 func appendPushResult(b []byte, index int, it *PushItem, g *reginatype.PushGroup, pos int) []byte {
 	b = append(b, `{"index":`...)
 	b = appendInt(b, int64(index))
@@ -79,6 +89,19 @@ func appendPushResult(b []byte, index int, it *PushItem, g *reginatype.PushGroup
 	b = append(b, `,"status":"`...)
 	b = append(b, r.Status.String()...)
 	b = append(b, '"')
+	// Only on a queue with dedupPayloadCheck report or reject, and only when
+	// the original has a fingerprint: a queue with it off answers as before.
+	switch r.Payload {
+	case partition.PayloadUnchecked:
+	case partition.PayloadSame:
+		b = append(b, `,"payloadMismatch":false`...)
+	case partition.PayloadDifferent:
+		b = append(b, `,"payloadMismatch":true`...)
+	}
+	if r.Status == partition.StatusConflict {
+		b = append(b, `,"error":`...)
+		b = appendString(b, conflictText(r.MessageID))
+	}
 	if r.Status == partition.StatusQueued {
 		b = append(b, `,"partition_id":"`...)
 		b = g.PartitionID.AppendText(b)

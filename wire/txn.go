@@ -136,6 +136,9 @@ type txnResultView struct {
 	Status        string  `json:"status,omitempty"`
 	Error         *string `json:"error,omitempty"`
 	DLQ           *bool   `json:"dlq,omitempty"`
+	// PayloadMismatch: a repeat inside the transaction on a queue with
+	// dedupPayloadCheck report; absent when not compared.
+	PayloadMismatch *bool `json:"payloadMismatch,omitempty"`
 }
 
 // handleTransaction serves POST /api/v1/transaction: 200 with every result,
@@ -158,10 +161,17 @@ func (s *Server) handleTransaction(ctx *fasthttp.RequestCtx) {
 	var ackErr *reginatype.TxnAckError
 	switch {
 	case errors.As(err, &dup):
-		writeJSON(ctx, fasthttp.StatusConflict, map[string]any{"transactionId": id, "success": false,
+		body := map[string]any{"transactionId": id, "success": false,
 			"error": dup.Error(), "queue": dup.Queue, "partition": dup.Partition,
 			"duplicateTransactionId": dup.TransactionID, "originalMessageId": dup.Original.String(),
-			"results": []any{}})
+			"results": []any{}}
+		if dup.Payload != partition.PayloadUnchecked {
+			body["payloadMismatch"] = dup.Payload == partition.PayloadDifferent
+		}
+		if dup.Conflict {
+			body["status"] = "conflict"
+		}
+		writeJSON(ctx, fasthttp.StatusConflict, body)
 		return
 	case errors.As(err, &ackErr):
 		writeJSON(ctx, fasthttp.StatusConflict, map[string]any{"transactionId": id, "success": false,
@@ -189,6 +199,9 @@ func (s *Server) handleTransaction(ctx *fasthttp.RequestCtx) {
 		out[p.Index] = txnResultView{Index: p.Index, Type: "push", Success: true,
 			TransactionID: txIDs[p.Index], MessageID: p.MessageID.String(),
 			PartitionID: p.PartitionID.String(), QueueName: p.Queue, Status: status}
+		if p.Payload != partition.PayloadUnchecked {
+			out[p.Index].PayloadMismatch = new(p.Payload == partition.PayloadDifferent)
+		}
 	}
 	for i, a := range req.Acks {
 		r := res.Acks[i]

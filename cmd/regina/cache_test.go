@@ -99,6 +99,7 @@ type diffOp struct {
 	broker int    // push, configure, restart, delete
 	queue  string // age ("" = every queue), configure, delete
 	window int    // configure
+	check  string // configure: dedupPayloadCheck
 	items  []item // push
 }
 
@@ -114,7 +115,7 @@ func (o diffOp) String() string {
 	case diffAge:
 		return fmt.Sprintf("age %q by %ds", o.queue, diffAgeSeconds)
 	case diffConfigure:
-		return fmt.Sprintf("configure %s window=%d via broker %d", o.queue, o.window, o.broker)
+		return fmt.Sprintf("configure %s window=%d check=%s via broker %d", o.queue, o.window, o.check, o.broker)
 	case diffRestart:
 		return fmt.Sprintf("restart broker %d", o.broker)
 	case diffSettle:
@@ -134,6 +135,9 @@ var (
 	diffQueues  = []string{"q0", "q1", "q2"}
 	diffParts   = []string{"p0", "p1", "p2", "p3"}
 	diffWindows = []int{600, 1800, 3600, 0}
+	// Chosen by the step's position, not the generator, so that the
+	// sequence of everything else stays what it was.
+	diffChecks = []string{"report", "reject", "off"}
 )
 
 type txRec struct{ tx, queue, part string }
@@ -202,7 +206,10 @@ func (g *diffGen) pushOp(broker, n int, queue, part string) diffOp {
 				tx, q, p = prev["transactionId"].(string), prev["queue"].(string), prev["partition"].(string)
 			}
 		}
-		op.items = append(op.items, item{"queue": q, "partition": p, "transactionId": tx, "payload": map[string]any{"n": len(g.history)}})
+		// Repeats carry the original's payload or another one (half each,
+		// by position), for the queues whose dedupPayloadCheck compares them.
+		op.items = append(op.items, item{"queue": q, "partition": p, "transactionId": tx,
+			"payload": map[string]any{"tx": tx, "v": len(g.history) % 2}})
 		g.history = append(g.history, txRec{tx, q, p})
 	}
 	return op
@@ -228,7 +235,8 @@ func (g *diffGen) episode() {
 		g.ops = append(g.ops, diffOp{kind: diffAge, queue: q})
 	case x < 70:
 		g.ops = append(g.ops, diffOp{kind: diffConfigure, broker: r.IntN(2),
-			queue: diffQueues[r.IntN(len(diffQueues))], window: diffWindows[r.IntN(len(diffWindows))]})
+			queue: diffQueues[r.IntN(len(diffQueues))], window: diffWindows[r.IntN(len(diffWindows))],
+			check: diffChecks[len(g.ops)%len(diffChecks)]})
 	case x < 75: // a big batch: too big for broker 1's budget
 		q, p := diffQueues[r.IntN(len(diffQueues))], diffParts[r.IntN(len(diffParts))]
 		g.ops = append(g.ops, g.pushOp(r.IntN(2), 40+r.IntN(40), q, p))
@@ -333,7 +341,11 @@ func (w *diffWorld) run(t *testing.T, ops []diffOp) []string {
 				case name == "":
 					name = "unknown " + r.MessageID
 				}
-				out = append(out, fmt.Sprintf("op %d item %d: %s %s", i, j, r.Status, name))
+				line := fmt.Sprintf("op %d item %d: %s %s", i, j, r.Status, name)
+				if r.PayloadMismatch != nil {
+					line += fmt.Sprintf(" payloadMismatch=%v", *r.PayloadMismatch)
+				}
+				out = append(out, line)
 			}
 		case diffAge:
 			where := ""
@@ -347,7 +359,11 @@ func (w *diffWorld) run(t *testing.T, ops []diffOp) []string {
 					strconv.Itoa(diffAgeSeconds)+`)`+where, args...)
 			}
 		case diffConfigure:
-			b.configure(t, op.queue, map[string]any{"dedupWindowSeconds": op.window})
+			opts := map[string]any{"dedupWindowSeconds": op.window}
+			if op.check != "" {
+				opts["dedupPayloadCheck"] = op.check
+			}
+			b.configure(t, op.queue, opts)
 		case diffRestart:
 			w.stats[op.broker].add(cacheMetrics(t, b))
 			b.Stop(t)
@@ -403,8 +419,10 @@ func diffSeed(t *testing.T) uint64 {
 // deletions, rows aged by SQL) twice on fresh schemas: once with the dedup
 // cache on (broker 0 with the default budget, broker 1 with a budget so small
 // that it evicts and refuses partitions), once with the kill switch
-// (QUEEN_DEDUP_CACHE=false) on both brokers. Every item must get the same
-// status and name the same message, and the tables must end the same. The
+// (QUEEN_DEDUP_CACHE=false) on both brokers. Queues switch dedupPayloadCheck
+// between off, report and reject, and repeats carry the same or another
+// payload. Every item must get the same status (payloadMismatch included)
+// and name the same message, and the tables must end the same. The
 // cache must have been used (watermark hits that found hashes), so the test
 // cannot pass vacuously. REGINA_DIFF_SEED picks another sequence.
 //
@@ -456,13 +474,26 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 	}
 	require.Equal(t, stateOff, stateOn, "the tables differ")
 
-	dups := 0
+	dups, conflicts, mismatches, matches := 0, 0, 0, 0
 	for _, l := range gotOff {
-		if strings.Contains(l, " duplicate ") {
+		switch {
+		case strings.Contains(l, " duplicate "):
 			dups++
+		case strings.Contains(l, " conflict "):
+			conflicts++
+		}
+		if strings.Contains(l, "payloadMismatch=true") {
+			mismatches++
+		}
+		if strings.Contains(l, "payloadMismatch=false") {
+			matches++
 		}
 	}
-	t.Logf("%d items, %d duplicates", len(gotOff), dups)
+	t.Logf("%d items, %d duplicates, %d conflicts, payload compared: %d mismatches, %d matches",
+		len(gotOff), dups, conflicts, mismatches, matches)
+	require.Positive(t, conflicts, "the sequence must have conflicts (dedupPayloadCheck reject)")
+	require.Positive(t, mismatches-conflicts, "the sequence must have reported mismatches (dedupPayloadCheck report)")
+	require.Positive(t, matches, "the sequence must have repeats whose payload matched")
 	for i, s := range wOn.stats {
 		t.Logf("cache on, broker %d: hits=%d found=%d sentinels=%v evictions=%d hydrations=%+v",
 			i, s.Hits, s.Found, s.SentinelsByReason, s.Evictions, s.Hydrations)

@@ -184,6 +184,8 @@ type pushResult struct {
 	TraceID       *string `json:"trace_id"`
 	Error         string  `json:"error"`
 	Retryable     bool    `json:"retryable"`
+	// PayloadMismatch: only on queues with dedupPayloadCheck on.
+	PayloadMismatch *bool `json:"payloadMismatch"`
 }
 
 type item map[string]any

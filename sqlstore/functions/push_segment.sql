@@ -17,21 +17,29 @@
 --   p_hashes       one hash per item, in item order.
 --   p_ids          16 bytes of message id per item, concatenated.
 --   p_bodies       the frame bodies, concatenated; p_ends[k] is where body k ends.
+--   p_fps          one payload fingerprint per item (partition.Fingerprint), or
+--                  NULL: the caller's belief about the queue's
+--                  dedup_payload_check. With a non-zero window, when the stored
+--                  check disagrees on off or not (NULL exactly when off), the
+--                  function writes nothing and answers 'window_changed'.
 --
 -- Result: status ('ok', 'missing', 'window_changed'), the window that applied,
 -- the first offset written (-1 when nothing was), the segment's created_at, and
 -- for the items found in the window their 1-based indexes (dup_idx) with the
 -- original message id (dup_ids; 16 zero bytes when the original segment is
--- gone) and the original's stored time (dup_created, its log_txns created_at).
+-- gone), the original's stored time (dup_created, its log_txns created_at) and
+-- its payload fingerprint (dup_fps; NULL when it was stored without one), and
+-- the queue's dedup_payload_check (payload_check).
 --
 -- Invariants: a duplicate allocates no offset and writes no row; the probe runs
 -- under the partition row lock, after it, so no concurrent writer can commit a
 -- colliding hash in between (each statement of a volatile function takes a
 -- fresh snapshot in READ COMMITTED).
 CREATE OR REPLACE FUNCTION queen.push_segment(p_partition uuid, p_window_hint integer, p_watermark bigint,
-    p_hashes bytea[], p_ids bytea, p_bodies bytea, p_ends integer[],
+    p_hashes bytea[], p_ids bytea, p_bodies bytea, p_ends integer[], p_fps bigint[],
     OUT status text, OUT window_seconds integer, OUT first_offset bigint,
-    OUT created_at timestamptz, OUT dup_idx integer[], OUT dup_ids bytea[], OUT dup_created timestamptz[])
+    OUT created_at timestamptz, OUT dup_idx integer[], OUT dup_ids bytea[], OUT dup_created timestamptz[],
+    OUT payload_check text, OUT dup_fps bigint[])
 LANGUAGE plpgsql SET jit = off AS $$
 DECLARE
     n        integer := cardinality(p_hashes);
@@ -39,6 +47,7 @@ DECLARE
     v_keep   bytea[];
     v_ids    bytea;
     v_bodies bytea;
+    v_fps    bigint[];
     v_seqscan text;
 BEGIN
     created_at := now();
@@ -46,13 +55,14 @@ BEGIN
     dup_idx := '{}';
     dup_ids := '{}';
     dup_created := '{}';
+    dup_fps := '{}';
 
     IF p_window_hint = 0 THEN
         -- Deduplication off: one UPDATE ... RETURNING allocates, no probe.
         UPDATE queen.partitions p SET next_offset = p.next_offset + n
           FROM queen.queues q
          WHERE p.id = p_partition AND q.id = p.queue_id AND q.dedup_window_seconds = 0
-        RETURNING p.next_offset - n INTO first_offset;
+        RETURNING p.next_offset - n, q.dedup_payload_check INTO first_offset, payload_check;
         IF FOUND THEN
             status := 'ok';
             window_seconds := 0;
@@ -65,16 +75,18 @@ BEGIN
         first_offset := -1; -- INTO set it to NULL when no row matched
     END IF;
 
-    SELECT p.next_offset, q.dedup_window_seconds INTO v_next, window_seconds
+    SELECT p.next_offset, q.dedup_window_seconds, q.dedup_payload_check INTO v_next, window_seconds, payload_check
       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
      WHERE p.id = p_partition
        FOR UPDATE OF p;
     IF NOT FOUND THEN
         status := 'missing';
         window_seconds := 0;
+        payload_check := 'off';
         RETURN;
     END IF;
-    IF (window_seconds = 0) <> (p_window_hint = 0) THEN
+    IF (window_seconds = 0) <> (p_window_hint = 0)
+       OR (window_seconds > 0 AND (payload_check <> 'off') <> (p_fps IS NOT NULL)) THEN
         status := 'window_changed';
         PERFORM set_config('synchronous_commit', 'off', true);
         RETURN;
@@ -97,14 +109,14 @@ BEGIN
             -- condition: with a generic plan the planner would otherwise pick
             -- the primary key for it and scan the partition's whole window.
             SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}'),
-                   coalesce(array_agg(d.created ORDER BY d.i), '{}')
-              INTO dup_idx, dup_ids, dup_created
+                   coalesce(array_agg(d.created ORDER BY d.i), '{}'), coalesce(array_agg(d.fp ORDER BY d.i), '{}')
+              INTO dup_idx, dup_ids, dup_created, dup_fps
               FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
                            coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
                                        FROM queen.segments s
                                       WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
                                     '\x00000000000000000000000000000000'::bytea) AS mid,
-                           l.created_at AS created
+                           l.created_at AS created, l.fingerprints[m.o] AS fp
                       FROM queen.log_txns l
                      CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
                       JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
@@ -118,14 +130,14 @@ BEGIN
             -- for, through the primary key. No && here, so the GIN index is not
             -- a candidate.
             SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}'),
-                   coalesce(array_agg(d.created ORDER BY d.i), '{}')
-              INTO dup_idx, dup_ids, dup_created
+                   coalesce(array_agg(d.created ORDER BY d.i), '{}'), coalesce(array_agg(d.fp ORDER BY d.i), '{}')
+              INTO dup_idx, dup_ids, dup_created, dup_fps
               FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
                            coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
                                        FROM queen.segments s
                                       WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
                                     '\x00000000000000000000000000000000'::bytea) AS mid,
-                           l.created_at AS created
+                           l.created_at AS created, l.fingerprints[m.o] AS fp
                       FROM queen.log_txns l
                      CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
                       JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
@@ -148,14 +160,16 @@ BEGIN
         v_keep := p_hashes;
         v_ids := p_ids;
         v_bodies := p_bodies;
+        v_fps := p_fps;
     ELSE
         -- The survivors, set-based (string_agg is linear; concatenating in
         -- a loop would copy the growing buffers once per item).
         SELECT array_agg(u.h ORDER BY u.i),
                string_agg(substring(p_ids FROM (u.i::integer - 1) * 16 + 1 FOR 16), ''::bytea ORDER BY u.i),
                string_agg(substring(p_bodies FROM coalesce(p_ends[u.i::integer - 1], 0) + 1
-                                             FOR u.e - coalesce(p_ends[u.i::integer - 1], 0)), ''::bytea ORDER BY u.i)
-          INTO v_keep, v_ids, v_bodies
+                                             FOR u.e - coalesce(p_ends[u.i::integer - 1], 0)), ''::bytea ORDER BY u.i),
+               CASE WHEN p_fps IS NOT NULL THEN array_agg(p_fps[u.i::integer] ORDER BY u.i) END
+          INTO v_keep, v_ids, v_bodies, v_fps
           FROM unnest(p_hashes, p_ends) WITH ORDINALITY AS u(h, e, i)
          WHERE NOT (u.i::integer = ANY (dup_idx));
     END IF;
@@ -164,6 +178,6 @@ BEGIN
     UPDATE queen.partitions SET next_offset = v_next + cardinality(v_keep) WHERE id = p_partition;
     INSERT INTO queen.segments (partition_id, first_offset, frame_count, created_at, frames)
          VALUES (p_partition, v_next, cardinality(v_keep), created_at, v_ids || v_bodies);
-    INSERT INTO queen.log_txns (partition_id, first_offset, created_at, hashes)
-         VALUES (p_partition, v_next, created_at, v_keep);
+    INSERT INTO queen.log_txns (partition_id, first_offset, created_at, hashes, fingerprints)
+         VALUES (p_partition, v_next, created_at, v_keep, v_fps);
 END $$;
