@@ -236,8 +236,8 @@ func probeBuffers(t *testing.T, rows int) (watermark, full []int) {
 				}
 				var status string
 				var first int64
-				err := conn.QueryRow(ctx, `SELECT status, first_offset FROM push_segment($1, $2, $3, $4, $5, $6, $7)`,
-					[16]byte(b.Partition), b.WindowHint, b.Watermark, b.Hashes, b.IDs, b.Bodies, b.Ends).Scan(&status, &first)
+				err := conn.QueryRow(ctx, `SELECT status, first_offset FROM push_segment($1, $2, $3, $4, $5, $6, $7, $8)`,
+					[16]byte(b.Partition), b.WindowHint, b.Watermark, b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints).Scan(&status, &first)
 				require.NoError(t, err)
 				require.Equal(t, "ok", status)
 				require.Equal(t, next, first)

@@ -229,8 +229,8 @@ func TestNoJITInsideFunctions(t *testing.T) {
 
 	b, _ := batchOf(t, ref, "a", "b", "c")
 	var status string
-	require.NoError(t, conn.QueryRow(cctx, schemaSQL(st, `SELECT status FROM queen.push_segment($1, $2, $3, $4, $5, $6, $7)`),
-		[16]byte(b.Partition), b.WindowHint, b.Watermark, b.Hashes, b.IDs, b.Bodies, b.Ends).Scan(&status))
+	require.NoError(t, conn.QueryRow(cctx, schemaSQL(st, `SELECT status FROM queen.push_segment($1, $2, $3, $4, $5, $6, $7, $8)`),
+		[16]byte(b.Partition), b.WindowHint, b.Watermark, b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints).Scan(&status))
 	require.Equal(t, "ok", status)
 	var probe int
 	for _, p := range log.take(t) {

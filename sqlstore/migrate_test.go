@@ -104,10 +104,12 @@ func TestFunctionsAreReappliedAtStart(t *testing.T) {
 	ref, err := st.EnsurePartition(ctx, "fn", "p")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, schemaSQL(st, `CREATE OR REPLACE FUNCTION queen.push_segment(p_partition uuid, p_window_hint integer,
-		p_watermark bigint, p_hashes bytea[], p_ids bytea, p_bodies bytea, p_ends integer[],
+		p_watermark bigint, p_hashes bytea[], p_ids bytea, p_bodies bytea, p_ends integer[], p_fps bigint[],
 		OUT status text, OUT window_seconds integer, OUT first_offset bigint, OUT created_at timestamptz,
-		OUT dup_idx integer[], OUT dup_ids bytea[], OUT dup_created timestamptz[])
-		LANGUAGE sql AS $$ SELECT 'stale', 0, -1::bigint, now(), '{}'::integer[], '{}'::bytea[], '{}'::timestamptz[] $$`))
+		OUT dup_idx integer[], OUT dup_ids bytea[], OUT dup_created timestamptz[], OUT payload_check text,
+		OUT dup_fps bigint[])
+		LANGUAGE sql AS $$ SELECT 'stale', 0, -1::bigint, now(), '{}'::integer[], '{}'::bytea[], '{}'::timestamptz[],
+		'off', '{}'::bigint[] $$`))
 	require.NoError(t, err)
 	_, err = st.Push(ctx, mustBatch(t, ref, "a"))
 	require.ErrorContains(t, err, `unexpected status "stale"`)

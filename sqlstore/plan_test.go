@@ -88,8 +88,8 @@ func TestProbePlansStayIndexDriven(t *testing.T) {
 				b.Add(partition.HashTxID(string(rune('a'+i))+"-"+string(rune('0'+w%7+1))), id,
 					&partition.Body{TransactionID: "x", Payload: []byte("1")})
 				var status string
-				err := conn.QueryRow(ctx, `SELECT status FROM push_segment($1, $2, $3, $4, $5, $6, $7)`,
-					[16]byte(b.Partition), b.WindowHint, b.Watermark, b.Hashes, b.IDs, b.Bodies, b.Ends).Scan(&status)
+				err := conn.QueryRow(ctx, `SELECT status FROM push_segment($1, $2, $3, $4, $5, $6, $7, $8)`,
+					[16]byte(b.Partition), b.WindowHint, b.Watermark, b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints).Scan(&status)
 				require.NoError(t, err)
 				require.Equal(t, "ok", status)
 			}

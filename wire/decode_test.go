@@ -220,6 +220,7 @@ func TestDecodeConfigureAccepts(t *testing.T) {
 		body string
 		want ConfigureRequest
 	}{
+		{"payload check null is off", `{"queue":"q","options":{"dedupPayloadCheck":null}}`, ConfigureRequest{Queue: "q", Options: defaults}},
 		{"dedup window zero kept", `{"queue":"q","options":{"dedupWindowSeconds":0}}`, ConfigureRequest{Queue: "q", Options: func() partition.QueueOptions {
 			o := defaults
 			o.DedupWindowSeconds = 0
@@ -228,12 +229,12 @@ func TestDecodeConfigureAccepts(t *testing.T) {
 		{"every option", `{"queue":"q","namespace":"ns","task":"tk","options":{
 			"leaseTime":1,"retryLimit":2,"retryDelay":3,"maxSize":4,"ttl":5,"priority":6,
 			"delayedProcessing":7,"windowBuffer":8,"retentionSeconds":9,"completedRetentionSeconds":10,
-			"maxWaitTimeSeconds":11,"dedupWindowSeconds":12,
+			"maxWaitTimeSeconds":11,"dedupWindowSeconds":12,"dedupPayloadCheck":"reject",
 			"deadLetterQueue":true,"dlqAfterMaxRetries":true,"retentionEnabled":true,"encryptionEnabled":false}}`,
 			ConfigureRequest{Queue: "q", Namespace: "ns", Task: "tk", Options: partition.QueueOptions{
 				LeaseTime: 1, RetryLimit: 2, RetryDelay: 3, MaxSize: 4, TTL: 5, Priority: 6,
 				DelayedProcessing: 7, WindowBuffer: 8, RetentionSeconds: 9, CompletedRetentionSeconds: 10,
-				MaxWaitTimeSeconds: 11, DedupWindowSeconds: 12,
+				MaxWaitTimeSeconds: 11, DedupWindowSeconds: 12, DedupPayloadCheck: "reject",
 				DeadLetterQueue: true, DLQAfterMaxRetries: true, RetentionEnabled: true,
 			}}},
 		{"largest value", `{"queue":"q","options":{"ttl":2147483647}}`, ConfigureRequest{Queue: "q", Options: func() partition.QueueOptions {
@@ -296,6 +297,8 @@ func TestDecodeConfigureRejects(t *testing.T) {
 		{"number boolean", `{"queue":"q","options":{"retentionEnabled":1}}`, []string{"options.retentionEnabled must be a boolean"}},
 		{"object boolean", `{"queue":"q","options":{"dlqAfterMaxRetries":{}}}`, []string{"options.dlqAfterMaxRetries must be a boolean"}},
 		{"encryption", `{"queue":"q","options":{"encryptionEnabled":true}}`, []string{"options.encryptionEnabled is not supported"}},
+		{"unknown payload check", `{"queue":"q","options":{"dedupPayloadCheck":"warn"}}`, []string{`options.dedupPayloadCheck must be "off", "report" or "reject"`}},
+		{"payload check not a string", `{"queue":"q","options":{"dedupPayloadCheck":true}}`, []string{"options.dedupPayloadCheck must be"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

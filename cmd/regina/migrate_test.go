@@ -44,10 +44,11 @@ func TestQueueDefaultsAreTheSameForPushAndConfigure(t *testing.T) {
 		require.NoError(t, d.pool.QueryRow(context.Background(), d.q(`SELECT lease_time, retry_limit, retry_delay,
 			max_size, ttl, priority, delayed_processing, window_buffer, dead_letter_queue, dlq_after_max_retries,
 			retention_enabled, retention_seconds, completed_retention_seconds, max_wait_time_seconds,
-			encryption_enabled, dedup_window_seconds FROM queen.queues WHERE name = $1`), queue).Scan(
+			encryption_enabled, dedup_window_seconds, dedup_payload_check FROM queen.queues WHERE name = $1`), queue).Scan(
 			&o.LeaseTime, &o.RetryLimit, &o.RetryDelay, &o.MaxSize, &o.TTL, &o.Priority, &o.DelayedProcessing,
 			&o.WindowBuffer, &o.DeadLetterQueue, &o.DLQAfterMaxRetries, &o.RetentionEnabled, &o.RetentionSeconds,
-			&o.CompletedRetentionSeconds, &o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.DedupWindowSeconds))
+			&o.CompletedRetentionSeconds, &o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.DedupWindowSeconds,
+			&o.DedupPayloadCheck))
 		return o
 	}
 	require.Equal(t, partition.DefaultQueueOptions(), options("bypush"))
