@@ -117,6 +117,29 @@ func TestFailoverShort(t *testing.T) {
 	}
 }
 
+// TestStreamsShort runs the streams scenario in short mode: a stream query
+// (pop, state, cycle with sink pushes and ack) beside the push load while
+// brokers are killed and frozen; the checker proves every source message
+// reached the state and the sink exactly once.
+func TestStreamsShort(t *testing.T) {
+	ctx, cancel := harnessContext(t)
+	defer cancel()
+	o, err := parseFlags([]string{"-short", "-scenario", "streams"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := runClean(ctx, t, o)
+	if !regexp.MustCompile(`streams: checked [1-9]\d* source messages in 4 partitions against state and sink`).MatchString(out) {
+		t.Errorf("the streams checker did not run over stored messages")
+	}
+	if !regexp.MustCompile(`streams: \d+ source messages pushed; [1-9]\d* cycles committed`).MatchString(out) {
+		t.Errorf("no cycle committed")
+	}
+	if !strings.Contains(out, "kill9: SIGKILL") {
+		t.Errorf("no broker was killed")
+	}
+}
+
 // A run that cannot start still ends with a verdict line (verdict=error) and
 // a non-zero status.
 func TestVerdictLineOnSetupError(t *testing.T) {
@@ -168,6 +191,10 @@ func TestParseFlags(t *testing.T) {
 	o, err = parseFlags([]string{"-scenario", "failover-async", "-standby-lag", "2s"}, &errOut)
 	if err != nil || o.scenario != scenarioFailoverAsync || o.standbyLag != 2*time.Second {
 		t.Errorf("-scenario failover-async -standby-lag 2s: %+v %v", o, err)
+	}
+	o, err = parseFlags([]string{"-scenario", "streams"}, &errOut)
+	if err != nil || o.scenario != scenarioStreams || len(o.kinds) != 2 || o.kinds[0] != "kill9" || o.kinds[1] != "two-brokers" {
+		t.Errorf("-scenario streams: %+v %v", o, err)
 	}
 	if _, err := parseFlags([]string{"-scenario", "meteor"}, &errOut); err == nil {
 		t.Error("an unknown scenario accepted")

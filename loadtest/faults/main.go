@@ -30,6 +30,14 @@
 // (acknowledged then lost, stored again by a resend), not as violations;
 // everything the new primary stores must still be exact.
 //
+// With -scenario streams a stream query runs beside the push load (faults
+// kill9 and two-brokers unless -faults says otherwise; see streams.go): a
+// pusher fills a source queue, three runners pop it as the query's group
+// and commit cycles (state, one sink message per source message, the ack)
+// through whichever broker is up, retrying a cycle whose answer was lost;
+// the checker then also proves that each source message affected the state
+// and the sink exactly once and that the group consumed everything.
+//
 // Then it stops the brokers with SIGTERM and proves, from the recorded
 // history and the database, per partition: every item answered queued is
 // stored exactly once under the answered message_id; no transaction id is
@@ -40,6 +48,7 @@
 //	make faults                  # 60 s
 //	make faults DURATION=30s
 //	make faults ARGS='-scenario failover'
+//	make faults ARGS='-scenario streams'
 //	make faults ARGS='-scenario failover-async -standby-lag 2s'
 //	go run ./loadtest/faults -short
 //	go run ./loadtest/faults -faults kill9,slow-db -twins 0.5 -storms 0.3
@@ -109,6 +118,10 @@ const (
 	// scenarioFailoverAsync: the same with an asynchronous standby, which
 	// can lose acknowledged commits; the checker reports them apart.
 	scenarioFailoverAsync = "failover-async"
+	// scenarioStreams: the mixed scenario (kill9 and two-brokers by
+	// default) with a stream query running beside the push load
+	// (streams.go); the checker also proves its exactly-once effects.
+	scenarioStreams = "streams"
 )
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -128,7 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.brokerBin, "broker-bin", "", "run this broker binary instead of building ./cmd/regina of -repo")
 	fs.IntVar(&o.parts, "partitions", 6, "partitions of the queue (p0, p1, ...)")
 	fs.Float64Var(&o.stormProb, "storms", 0.15, "share of producer turns that resend an already answered batch 1-3 times at once")
-	fs.StringVar(&o.scenario, "scenario", scenarioMixed, "mixed (one PostgreSQL, -faults round-robin), failover (primary + synchronous standby: kill -9 the primary, promote the standby, repeat) or failover-async (the same with an asynchronous standby)")
+	fs.StringVar(&o.scenario, "scenario", scenarioMixed, "mixed (one PostgreSQL, -faults round-robin), streams (mixed, kill9 and two-brokers by default, with a stream query running and checked), failover (primary + synchronous standby: kill -9 the primary, promote the standby, repeat) or failover-async (the same with an asynchronous standby)")
 	fs.IntVar(&o.brokers, "brokers", 2, "failover scenarios: brokers serving the whole run, traffic split (1 or 2)")
 	fs.DurationVar(&o.standbyLag, "standby-lag", time.Second, "failover scenarios: freeze the primary's WAL sender this long before every other kill (0 = never)")
 	if err := fs.Parse(args); err != nil {
@@ -167,12 +180,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	switch o.scenario {
 	case scenarioMixed:
+	case scenarioStreams:
+		if len(o.kinds) == 0 {
+			o.kinds = []string{"kill9", "two-brokers"}
+		}
 	case scenarioFailover, scenarioFailoverAsync:
 		if len(o.kinds) > 0 {
 			return o, fmt.Errorf("-faults does not apply to -scenario %s (its fault is the failover)", o.scenario)
 		}
 	default:
-		return o, fmt.Errorf("-scenario %q: use %s, %s or %s", o.scenario, scenarioMixed, scenarioFailover, scenarioFailoverAsync)
+		return o, fmt.Errorf("-scenario %q: use %s, %s, %s or %s", o.scenario, scenarioMixed, scenarioStreams,
+			scenarioFailover, scenarioFailoverAsync)
 	}
 	if o.brokers < 1 || o.brokers > 2 {
 		return o, fmt.Errorf("-brokers %d: use 1 or 2", o.brokers)
@@ -425,7 +443,7 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	}()
 
 	dbURL := ""
-	if r.o.scenario == scenarioMixed {
+	if r.o.scenario == scenarioMixed || r.o.scenario == scenarioStreams {
 		if r.pg, err = newCluster(bin, base); err != nil {
 			<-buildc
 			return nil, err
@@ -508,6 +526,13 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		return nil, errors.New("the seed push got no definite answer within 60s")
 	}
 
+	var sl *streamsLoad
+	if r.o.scenario == scenarioStreams {
+		if sl, err = r.startStreams(prodCtx); err != nil {
+			return nil, err
+		}
+	}
+
 	r.loadStart = time.Now()
 	r.loadEnd = r.loadStart.Add(r.o.duration)
 	r.logf("load starts (%s)", r.o.duration)
@@ -565,6 +590,9 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		gaveUp += p.gaveUp
 	}
 	r.logf("producers done: %d batches settled, %d given up", settled, gaveUp)
+	if sl != nil {
+		sl.finish(ctx, r.pg.connect, r.t.drain)
+	}
 
 	for _, b := range []*broker{r.b, r.a} {
 		if b.running() {
@@ -582,6 +610,9 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		return nil, err
 	}
 	st, err := LoadState(cctx, conn, "queen", QueueName)
+	if err == nil && sl != nil {
+		err = r.checkStreams(cctx, conn)
+	}
 	conn.Close(context.Background())
 	if err != nil {
 		return nil, err
