@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -39,7 +40,10 @@ const (
 	streamName   = "faults.sum"
 	streamGroup  = "streams." + streamName
 	streamParts  = 4
-	// Violation kinds of the streams scenario.
+)
+
+// Violation kinds of the streams scenario.
+const (
 	VStreamState  = "stream-state"  // the state does not list each source message exactly once
 	VStreamSink   = "stream-sink"   // the sink does not hold each source message exactly once
 	VStreamCursor = "stream-cursor" // the group's cursor is not at the end of the source
@@ -95,7 +99,7 @@ func (r *runner) startStreams(ctx context.Context) (*streamsLoad, error) {
 	base := r.eps.pick(0)
 	cfg, _ := json.Marshal(map[string]any{"queue": streamSource, "options": map[string]any{"leaseTime": 2}})
 	if st, err := s.post(ctx, base, "/api/v1/configure", cfg, nil); err != nil || st != http.StatusOK {
-		return nil, fmt.Errorf("streams: configure %s: %d %v", streamSource, st, err)
+		return nil, fmt.Errorf("streams: configure %s: status %d: %w", streamSource, st, orStatus(err))
 	}
 	reg, _ := json.Marshal(map[string]any{"name": streamName, "source_queue": streamSource, "sink_queue": streamSink,
 		"config_hash": "faults-v1", "reset": false})
@@ -103,7 +107,7 @@ func (r *runner) startStreams(ctx context.Context) (*streamsLoad, error) {
 		QueryID string `json:"query_id"`
 	}
 	if st, err := s.post(ctx, base, "/streams/v1/queries", reg, &ans); err != nil || st != http.StatusOK || ans.QueryID == "" {
-		return nil, fmt.Errorf("streams: register: %d %v", st, err)
+		return nil, fmt.Errorf("streams: register: status %d: %w", st, orStatus(err))
 	}
 	s.qid = ans.QueryID
 	s.wg.Add(1)
@@ -235,7 +239,9 @@ func (s *streamsLoad) cycle(ctx context.Context, turn int, msgs []streamMsg) {
 		if m.PartitionID != pid {
 			break // one partition per pop (partitions=1)
 		}
-		var p struct{ N int64 }
+		var p struct {
+			N int64 `json:"n"`
+		}
 		if err := json.Unmarshal(m.Data, &p); err != nil {
 			return
 		}
@@ -317,7 +323,9 @@ func frameNumbers(st *DBState) (map[string][]int64, error) {
 				return nil, fmt.Errorf("%s segment %d: %w", name, seg.FirstOffset, err)
 			}
 			for _, f := range fs {
-				var v struct{ N int64 }
+				var v struct {
+					N int64 `json:"n"`
+				}
 				if err := json.Unmarshal(f.Payload, &v); err != nil {
 					return nil, fmt.Errorf("%s: payload %s: %w", name, f.Payload, err)
 				}
@@ -405,6 +413,14 @@ func (r *runner) checkStreams(ctx context.Context, conn *pgx.Conn) error {
 	}
 	r.logf("streams: checked %d source messages in %d partitions against state and sink", total, len(srcNs))
 	return nil
+}
+
+// orStatus is err, or an error saying the status was not the expected one.
+func orStatus(err error) error {
+	if err == nil {
+		return errors.New("unexpected answer")
+	}
+	return err
 }
 
 func firstDiff(a, b []int64) int {
