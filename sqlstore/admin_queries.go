@@ -60,7 +60,7 @@ func newAdminQueries(schema string) adminQueries {
 			       c.retry_count, c.updated_at,
 			       ` + oldestPendingAt + `
 			  FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
-			 WHERE c.partition_id = ANY($1::uuid[])
+			 WHERE c.partition_id = ANY($1::uuid[]) AND c.started
 			 ORDER BY c.partition_id, c.consumer_group`,
 		messagesCount: `SELECT coalesce(sum(s.frame_count), 0)::bigint
 			  FROM queen.segments s

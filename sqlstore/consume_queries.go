@@ -3,44 +3,45 @@ package sqlstore
 // consumerQueries fills the consume-side SQL (unqualified: newQueries
 // qualifies it).
 func (q *queries) consumerQueries() {
-	q.popQueue = `SELECT id, lease_time, delayed_processing, window_buffer, retry_limit FROM queen.queues WHERE name = $1`
-	q.ensureGroup = `WITH ins AS (
-			INSERT INTO queen.consumer_groups (queue_id, consumer_group, subscription_from)
-			VALUES ($1, $2, CASE WHEN $4::timestamptz IS NOT NULL THEN $4::timestamptz
-			                     WHEN $3::boolean THEN now() END)
-			ON CONFLICT DO NOTHING RETURNING subscription_from)
-		SELECT subscription_from FROM ins
-		UNION ALL
-		SELECT subscription_from FROM queen.consumer_groups WHERE queue_id = $1 AND consumer_group = $2
-		LIMIT 1`
-	q.readGroup = `SELECT subscription_from FROM queen.consumer_groups WHERE queue_id = $1 AND consumer_group = $2`
+	// Queue, group start point and the group's catch-up, in one statement
+	// of its own (see functions/pop_prepare.sql).
+	q.popPrepare = `SELECT queue_id, coalesce(lease_time, 0), coalesce(delayed, 0), coalesce(window_buffer, 0),
+		       coalesce(retry_limit, 0), sub_from, caught
+		  FROM queen.pop_prepare($1, $2, $3, $4, $5)`
 	q.popPartitionByName = `SELECT id, name FROM queen.partitions WHERE queue_id = $1 AND name = $2`
-	// Partitions with unread data for the group and no live lease, least
-	// recently served first.
-	q.popCandidates = `SELECT p.id, p.name FROM queen.partitions p
-		  LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
-		 WHERE p.queue_id = $1 AND p.next_offset > coalesce(c.cursor_offset, 0)
-		   AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
-		 ORDER BY c.updated_at NULLS FIRST, p.id
-		 LIMIT $3`
+	// Cursor rows of the group with unread work whose wait is over (no live
+	// lease, delayedProcessing and windowBuffer passed), the longest waiting
+	// first: an index scan of consumers_ready that stops after $3 rows it
+	// could lock (rows other pops hold are skipped, not counted). Its cost
+	// does not grow with the queue's partition count.
+	q.popCandidates = `SELECT c.partition_id, p.name FROM queen.consumers c
+		  JOIN queen.partitions p ON p.id = c.partition_id
+		 WHERE c.queue_id = $1 AND c.consumer_group = $2 AND c.known_end > c.cursor_offset
+		   AND c.avail_at <= now()
+		 ORDER BY c.avail_at
+		 LIMIT $3
+		   FOR UPDATE OF c SKIP LOCKED`
 	// A new cursor starts at 0, or for a group with a start point at the
 	// first segment created after it (the partition's end when none is).
-	q.ensureConsumer = `INSERT INTO queen.consumers (partition_id, consumer_group, cursor_offset)
-		SELECT $1, $2, CASE
+	// A named-partition pop makes it started.
+	q.ensureConsumer = `INSERT INTO queen.consumers (partition_id, consumer_group, queue_id, cursor_offset, known_end, started)
+		SELECT $1, $2, p.queue_id, CASE
 			WHEN $3::timestamptz IS NULL THEN 0
 			WHEN coalesce((SELECT s.created_at FROM queen.segments s WHERE s.partition_id = $1
 			                ORDER BY s.first_offset DESC LIMIT 1), '-infinity') <= $3::timestamptz
-			     THEN (SELECT p.next_offset FROM queen.partitions p WHERE p.id = $1)
+			     THEN p.next_offset
 			ELSE coalesce((SELECT s.first_offset FROM queen.segments s WHERE s.partition_id = $1
 			                 AND s.created_at > $3::timestamptz ORDER BY s.first_offset LIMIT 1),
-			              (SELECT p.next_offset FROM queen.partitions p WHERE p.id = $1))
-			END
-		ON CONFLICT DO NOTHING`
-	q.lockConsumer = `SELECT cursor_offset, (lease_id IS NOT NULL AND lease_expires_at > now())
+			              p.next_offset)
+			END, p.next_offset, true
+		  FROM queen.partitions p WHERE p.id = $1
+		ON CONFLICT (partition_id, consumer_group) DO UPDATE SET started = true WHERE NOT consumers.started`
+	q.lockConsumer = `SELECT cursor_offset, (lease_id IS NOT NULL AND lease_expires_at > now()), lease_expires_at
 		  FROM queen.consumers WHERE partition_id = $1 AND consumer_group = $2
 		   FOR UPDATE SKIP LOCKED`
-	q.windowBufferBusy = `SELECT coalesce((SELECT created_at > now() - make_interval(secs => $2)
-		  FROM queen.segments WHERE partition_id = $1 ORDER BY first_offset DESC LIMIT 1), false)`
+	// The time windowBuffer ends for the partition's newest message.
+	q.windowBufferBusy = `SELECT (SELECT created_at + make_interval(secs => $2) FROM queen.segments
+		 WHERE partition_id = $1 ORDER BY first_offset DESC LIMIT 1)`
 	// The segment covering the cursor and the ones after it. When retention
 	// removed the covering one, reading starts at the oldest left.
 	q.readSegments = `SELECT first_offset, frame_count, created_at, frames FROM queen.segments
@@ -49,12 +50,25 @@ func (q *queries) consumerQueries() {
 		                                  WHERE s.partition_id = $1 AND s.first_offset <= $2
 		                                  ORDER BY s.first_offset DESC LIMIT 1), $2)
 		 ORDER BY first_offset LIMIT $3::integer + 1`
+	// After an autoAck pop the partition goes to the back of the ready line
+	// (waiting since now).
 	q.popAutoAck = `UPDATE queen.consumers SET cursor_offset = $3, lease_id = NULL, lease_expires_at = NULL,
-		       lease_from = NULL, lease_to = NULL, retry_count = 0, updated_at = now()
+		       lease_from = NULL, lease_to = NULL, retry_count = 0, updated_at = now(), avail_at = now(),
+		       started = true
 		 WHERE partition_id = $1 AND consumer_group = $2`
+	// A leased partition waits for its lease: it is ready again when the
+	// lease expires (an ack that releases it makes it ready at once).
 	q.popLease = `UPDATE queen.consumers SET lease_id = $3, lease_expires_at = now() + make_interval(secs => $4),
-		       lease_from = $5, lease_to = $6, cursor_offset = $5, updated_at = now()
+		       lease_from = $5, lease_to = $6, cursor_offset = $5, updated_at = now(),
+		       avail_at = now() + make_interval(secs => $4), started = true
 		 WHERE partition_id = $1 AND consumer_group = $2`
+	// A cursor row that turned out not to be servable yet: it waits until
+	// $3 (a live lease's expiry, the end of windowBuffer or of
+	// delayedProcessing).
+	q.popNotBefore = `UPDATE queen.consumers SET avail_at = $3 WHERE partition_id = $1 AND consumer_group = $2`
+	// A cursor row with nothing left to read at the cursor (retention
+	// removed what known_end promised): no longer ready until a push.
+	q.popNothing = `UPDATE queen.consumers SET known_end = cursor_offset WHERE partition_id = $1 AND consumer_group = $2`
 
 	q.ackPartitionInfo = `SELECT q.name, p.name, q.retry_limit FROM queen.partitions p
 		  JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1`
@@ -73,6 +87,7 @@ func (q *queries) consumerQueries() {
 		       lease_expires_at = CASE WHEN $4 THEN NULL ELSE lease_expires_at END,
 		       lease_from = CASE WHEN $4 THEN NULL ELSE lease_from END,
 		       lease_to = CASE WHEN $4 THEN NULL ELSE lease_to END,
+		       avail_at = CASE WHEN $4 THEN now() ELSE avail_at END,
 		       updated_at = now()
 		 WHERE partition_id = $1 AND consumer_group = $2`
 	q.segmentAt = `SELECT first_offset, frame_count, frames FROM queen.segments
@@ -84,7 +99,7 @@ func (q *queries) consumerQueries() {
 		   SET error_message = EXCLUDED.error_message, retry_count = EXCLUDED.retry_count, failed_at = now()`
 	q.extendLease = `WITH upd AS (
 			UPDATE queen.consumers SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => $2)),
-			       updated_at = now()
+			       avail_at = greatest(lease_expires_at, now() + make_interval(secs => $2)), updated_at = now()
 			 WHERE lease_id = $1 AND lease_expires_at > now()
 			RETURNING lease_expires_at)
 		SELECT lease_expires_at, true FROM upd
@@ -101,9 +116,17 @@ func (q *queries) consumerQueries() {
 	q.listDLQ = `SELECT d.message_id, d.transaction_id, d.trace_id, d.partition_id, q.name, p.name, d.consumer_group,
 		       d.error_message, d.retry_count, d.payload, d.producer_sub, d.created_at, d.failed_at` + dlqWhere + `
 		 ORDER BY d.failed_at DESC, d.msg_offset DESC LIMIT $6 OFFSET $7`
-	q.deleteGroupCursors = `DELETE FROM queen.consumers c WHERE c.consumer_group = $1
-		   AND ($2::text IS NULL OR c.partition_id IN (SELECT p.id FROM queen.partitions p
-		        JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $2))`
+	// The group's catch-up horizon goes with its cursors, so its next pop
+	// looks at every partition again. Only the cursors the group started
+	// are counted.
+	q.deleteGroupCursors = `WITH scan AS (
+			DELETE FROM queen.group_scan g WHERE g.consumer_group = $1
+			   AND ($2::text IS NULL OR g.queue_id = (SELECT id FROM queen.queues WHERE name = $2)))
+		, del AS (
+			DELETE FROM queen.consumers c WHERE c.consumer_group = $1
+			   AND ($2::text IS NULL OR c.queue_id = (SELECT id FROM queen.queues WHERE name = $2))
+			RETURNING c.started)
+		SELECT count(*) FILTER (WHERE started) FROM del`
 	q.deleteGroupMeta = `DELETE FROM queen.consumer_groups g WHERE g.consumer_group = $1
 		   AND ($2::text IS NULL OR g.queue_id = (SELECT id FROM queen.queues WHERE name = $2))`
 	q.seekTargetsExist = `SELECT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
@@ -116,9 +139,10 @@ func (q *queries) consumerQueries() {
 		       ELSE coalesce((SELECT s.first_offset FROM queen.segments s WHERE s.partition_id = p.id
 		                        AND s.created_at > $4::timestamptz ORDER BY s.first_offset LIMIT 1), p.next_offset) END,
 		       lease_id = NULL, lease_expires_at = NULL, lease_from = NULL, lease_to = NULL, retry_count = 0,
-		       updated_at = now()
+		       known_end = p.next_offset, avail_at = now(), updated_at = now()
 		  FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		 WHERE c.partition_id = p.id AND c.consumer_group = $3 AND q.name = $1 AND ($2::text IS NULL OR p.name = $2)
+		   AND c.started
 		   AND ($4::timestamptz IS NOT NULL OR p.next_offset > 0)
 		RETURNING (SELECT s.created_at FROM queen.segments s WHERE s.partition_id = p.id
 		            ORDER BY s.first_offset DESC LIMIT 1)`
@@ -133,10 +157,15 @@ func (q *queries) consumerQueries() {
 			INSERT INTO queen.segments (partition_id, first_offset, frame_count, frames) VALUES ($1, $2, 1, $3)),
 		hashes AS (
 			INSERT INTO queen.log_txns (partition_id, first_offset, hashes) VALUES ($1, $2, $4))
-		UPDATE queen.partitions SET next_offset = $2 + 1 WHERE id = $1`
+		UPDATE queen.partitions SET next_offset = $2 + 1, push_xid = pg_current_xact_id(), last_push_at = now()
+		 WHERE id = $1`
 	q.liveLeases = `SELECT count(DISTINCT lease_id) FROM queen.consumers
 		 WHERE lease_id = ANY($1::uuid[]) AND lease_expires_at > now()`
 	q.setSubscription = `UPDATE queen.consumer_groups SET subscription_from = $2 WHERE consumer_group = $1`
+	// Cursor rows a catch-up made at the old start point, and the horizon,
+	// go: the next pop makes them again at the new one.
+	q.resetUnstarted = `WITH scan AS (DELETE FROM queen.group_scan WHERE consumer_group = $1)
+		DELETE FROM queen.consumers WHERE consumer_group = $1 AND NOT started`
 
 	// Consumed segments: older than completedRetentionSeconds and below every
 	// group's cursor on the partition (kept while no group has read them);

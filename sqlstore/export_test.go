@@ -38,3 +38,7 @@ var SQLFiles fs.FS = sqlFiles
 func MigrateFS(ctx context.Context, pool *pgxpool.Pool, schema string, fsys fs.FS) error {
 	return migrate(ctx, pool, schema, fsys, zerolog.Nop())
 }
+
+// PopCandidatesSQL is the any-partition pop's candidate query, qualified
+// with schema.
+func PopCandidatesSQL(schema string) string { return newQueries(schema).popCandidates }

@@ -33,7 +33,7 @@ const groupCursorsSQL = `SELECT c.consumer_group, q.name, p.name, p.id, c.cursor
 	  JOIN queen.partitions p ON p.id = c.partition_id
 	  JOIN queen.queues q ON q.id = p.queue_id
 	  LEFT JOIN queen.consumer_groups g ON g.queue_id = q.id AND g.consumer_group = c.consumer_group
-	 WHERE ($1::text IS NULL OR c.consumer_group = $1)
+	 WHERE ($1::text IS NULL OR c.consumer_group = $1) AND c.started
 	 ORDER BY c.consumer_group, q.name, p.name`
 
 // GroupCursors returns every consumer group's cursors (one group's when

@@ -70,15 +70,14 @@ func nullIfEmpty(s string) any {
 func (s *Store) DeleteConsumerGroup(ctx context.Context, group, queue string, deleteMetadata bool) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, s.sql.deleteGroupCursors, group, nullIfEmpty(queue))
-		if err != nil {
+		if err := tx.QueryRow(ctx, s.sql.deleteGroupCursors, group, nullIfEmpty(queue)).Scan(&n); err != nil {
 			return err
 		}
-		n = tag.RowsAffected()
 		if deleteMetadata {
-			_, err = tx.Exec(ctx, s.sql.deleteGroupMeta, group, nullIfEmpty(queue))
+			_, err := tx.Exec(ctx, s.sql.deleteGroupMeta, group, nullIfEmpty(queue))
+			return err
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("delete consumer group %s: %w", group, classify(err))
@@ -129,9 +128,18 @@ func (s *Store) Seek(ctx context.Context, group, queue, partName string, at time
 // SetSubscription moves the start point of a group on every queue where it
 // has one (it only affects partitions the group has not read yet).
 func (s *Store) SetSubscription(ctx context.Context, group string, at time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, s.sql.setSubscription, group, at)
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, s.sql.setSubscription, group, at)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		_, err = tx.Exec(ctx, s.sql.resetUnstarted, group)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("set subscription of %s: %w", group, classify(err))
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
@@ -23,10 +24,16 @@ type consumerRow struct {
 }
 
 // Pop claims partitions and leases (or, with AutoAck, consumes) up to Batch
-// messages from the group's cursors, in one transaction. A partition is
-// claimed only when the group holds no live lease on it, and under a row lock
-// taken with SKIP LOCKED, so two consumers (on any brokers) never receive the
-// same message while its lease is live.
+// messages from the group's cursors. A partition is claimed only when the
+// group holds no live lease on it, and under a row lock taken with SKIP
+// LOCKED, so two consumers (on any brokers) never receive the same message
+// while its lease is live.
+//
+// An any-partition pop first brings the group's cursor rows up to date with
+// the pushes committed since its last look (queen.pop_prepare, its own
+// statement), then takes the cursor rows with unread work that waited
+// longest from the ready index: its cost follows the work, not the number of
+// partitions.
 func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.PopResult, error) {
 	var res reginatype.PopResult
 	if req.Batch < 1 {
@@ -38,39 +45,20 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 	if req.Group == "" {
 		req.Group = reginatype.QueueModeGroup
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	q, subFrom, found, err := s.popPrepare(ctx, &req)
+	if err != nil {
+		return reginatype.PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
+	}
+	if !found {
+		res.Empty = "queue_not_found"
+		return res, nil
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		res = reginatype.PopResult{}
-		var q queueInfo
-		err := tx.QueryRow(ctx, s.sql.popQueue, req.Queue).Scan(&q.id, &q.leaseTime, &q.delayed, &q.windowBuffer, &q.lim)
-		if errors.Is(err, pgx.ErrNoRows) {
-			res.Empty = "queue_not_found"
-			return nil
+		leaseID := partition.NewV7()
+		if req.AutoAck {
+			leaseID = partition.ZeroUUID
 		}
-		if err != nil {
-			return err
-		}
-		if q.leaseTime <= 0 {
-			q.leaseTime = 60
-		}
-		var subFrom *time.Time
-		if req.Group != reginatype.QueueModeGroup {
-			var from *time.Time
-			if !req.SubscriptionFrom.IsZero() {
-				from = &req.SubscriptionFrom
-			}
-			err := tx.QueryRow(ctx, s.sql.ensureGroup, q.id, req.Group, req.SubscriptionNew, from).Scan(&subFrom)
-			if errors.Is(err, pgx.ErrNoRows) {
-				// A concurrent first pop of the group inserted the row and
-				// committed while this insert waited on it: ON CONFLICT
-				// returned nothing, and the statement's snapshot predates
-				// that commit. A new statement (READ COMMITTED) sees it.
-				err = tx.QueryRow(ctx, s.sql.readGroup, q.id, req.Group).Scan(&subFrom)
-			}
-			if err != nil {
-				return fmt.Errorf("consumer group %q: %w", req.Group, err)
-			}
-		}
-		var candidates []reginatype.ClaimedPartition
 		if req.Partition != "" {
 			var c reginatype.ClaimedPartition
 			err := tx.QueryRow(ctx, s.sql.popPartitionByName, q.id, req.Partition).Scan((*uuidScanner)(&c.ID), &c.Name)
@@ -81,12 +69,33 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 			if err != nil {
 				return err
 			}
-			candidates = append(candidates, c)
-		} else {
-			rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, req.Group, req.Partitions*4+4)
+			if _, err := tx.Exec(ctx, s.sql.ensureConsumer, [16]byte(c.ID), req.Group, subFrom); err != nil {
+				return err
+			}
+			got, why, err := s.popPartition(ctx, tx, &q, &req, c, leaseID, req.Batch, true)
+			if err != nil {
+				return fmt.Errorf("partition %s: %w", c.Name, err)
+			}
+			if len(got) > 0 {
+				res.Claimed = append(res.Claimed, c)
+				res.Messages = got
+				res.LeaseID = leaseID
+			} else {
+				res.Empty = why
+			}
+			return nil
+		}
+		// Candidates come locked; one that turns out to have nothing
+		// servable is set aside (its row updated, so the next round does
+		// not return it) and the next is taken. Bounded: each round sets
+		// aside at least one row.
+		for round := 0; round < 8 && len(res.Claimed) < req.Partitions && len(res.Messages) < req.Batch; round++ {
+			want := req.Partitions - len(res.Claimed)
+			rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, req.Group, want)
 			if err != nil {
 				return err
 			}
+			var candidates []reginatype.ClaimedPartition
 			for rows.Next() {
 				var c reginatype.ClaimedPartition
 				if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name); err != nil {
@@ -99,35 +108,26 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 			if err := rows.Err(); err != nil {
 				return err
 			}
-		}
-		leaseID := partition.NewV7()
-		if req.AutoAck {
-			leaseID = partition.ZeroUUID
-		}
-		held := false
-		for _, c := range candidates {
-			if len(res.Claimed) >= req.Partitions || len(res.Messages) >= req.Batch {
+			if len(candidates) == 0 {
 				break
 			}
-			got, why, err := s.popPartition(ctx, tx, &q, &req, c, subFrom, leaseID, req.Batch-len(res.Messages))
-			if err != nil {
-				return fmt.Errorf("partition %s: %w", c.Name, err)
-			}
-			if why == "lease_held" || why == "window_buffer" {
-				held = true
-				if req.Partition != "" {
-					res.Empty = why
+			for _, c := range candidates {
+				if len(res.Messages) >= req.Batch {
+					break
 				}
-			}
-			if len(got) > 0 {
-				res.Claimed = append(res.Claimed, c)
-				res.Messages = append(res.Messages, got...)
+				got, _, err := s.popPartition(ctx, tx, &q, &req, c, leaseID, req.Batch-len(res.Messages), false)
+				if err != nil {
+					return fmt.Errorf("partition %s: %w", c.Name, err)
+				}
+				if len(got) > 0 {
+					res.Claimed = append(res.Claimed, c)
+					res.Messages = append(res.Messages, got...)
+				}
 			}
 		}
 		if len(res.Messages) > 0 {
 			res.LeaseID = leaseID
-			res.Empty = ""
-		} else if req.Partition == "" && (held || len(candidates) == 0) {
+		} else {
 			res.Empty = "no_available_partition"
 		}
 		return nil
@@ -138,15 +138,66 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 	return res, nil
 }
 
+// popPrepare runs queen.pop_prepare (the queue, the group's start point and,
+// for an any-partition pop, the group's catch-up), retrying a deadlock with
+// a concurrent seek or transaction.
+func (s *Store) popPrepare(ctx context.Context, req *reginatype.PopRequest) (queueInfo, *time.Time, bool, error) {
+	var from *time.Time
+	if req.Group != reginatype.QueueModeGroup && !req.SubscriptionFrom.IsZero() {
+		from = &req.SubscriptionFrom
+	}
+	for attempt := 1; ; attempt++ {
+		var (
+			q       queueInfo
+			id      *[16]byte
+			subFrom *time.Time
+			caught  int
+		)
+		err := s.pool.QueryRow(ctx, s.sql.popPrepare, req.Queue, req.Group, req.SubscriptionNew, from, req.Partition == "").
+			Scan(&id, &q.leaseTime, &q.delayed, &q.windowBuffer, &q.lim, &subFrom, &caught)
+		if err != nil {
+			if attempt < 4 && isRetryableTxError(err) {
+				continue
+			}
+			return q, nil, false, err
+		}
+		if id == nil {
+			return q, nil, false, nil
+		}
+		q.id = *id
+		if q.leaseTime <= 0 {
+			q.leaseTime = 60
+		}
+		return q, subFrom, true, nil
+	}
+}
+
+// isRetryableTxError is true for a deadlock or a serialization failure.
+func isRetryableTxError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
 // popPartition delivers up to limit messages of one partition to the group.
+// The caller made sure the cursor row exists (an any-partition candidate
+// comes locked). When nothing is delivered it says why ("lease_held",
+// "window_buffer" or "") and, for an any-partition pop (named false), moves
+// the row out of the ready line until it may be served: to the lease's
+// expiry, the end of windowBuffer or delayedProcessing, or out of it until
+// the next push when nothing is left to read.
 func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *reginatype.PopRequest, c reginatype.ClaimedPartition,
-	subFrom *time.Time, leaseID partition.UUID, limit int) ([]reginatype.PoppedMessage, string, error) {
+	leaseID partition.UUID, limit int, named bool) ([]reginatype.PoppedMessage, string, error) {
 	pid := [16]byte(c.ID)
-	if _, err := tx.Exec(ctx, s.sql.ensureConsumer, pid, req.Group, subFrom); err != nil {
-		return nil, "", err
+	notBefore := func(t time.Time, why string) ([]reginatype.PoppedMessage, string, error) {
+		if named {
+			return nil, why, nil
+		}
+		_, err := tx.Exec(ctx, s.sql.popNotBefore, pid, req.Group, t)
+		return nil, why, err
 	}
 	var cur consumerRow
-	err := tx.QueryRow(ctx, s.sql.lockConsumer, pid, req.Group).Scan(&cur.cursor, &cur.leaseLive)
+	var leaseEnd *time.Time
+	err := tx.QueryRow(ctx, s.sql.lockConsumer, pid, req.Group).Scan(&cur.cursor, &cur.leaseLive, &leaseEnd)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, "lease_held", nil // another pop holds the row right now
 	}
@@ -154,15 +205,19 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 		return nil, "", err
 	}
 	if cur.leaseLive {
-		return nil, "lease_held", nil
+		return notBefore(*leaseEnd, "lease_held")
 	}
 	if q.windowBuffer > 0 {
-		var busy bool
-		if err := tx.QueryRow(ctx, s.sql.windowBufferBusy, pid, q.windowBuffer).Scan(&busy); err != nil {
+		var until *time.Time
+		if err := tx.QueryRow(ctx, s.sql.windowBufferBusy, pid, q.windowBuffer).Scan(&until); err != nil {
 			return nil, "", err
 		}
-		if busy {
-			return nil, "window_buffer", nil
+		var now time.Time
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return nil, "", err
+		}
+		if until != nil && until.After(now) {
+			return notBefore(*until, "window_buffer")
 		}
 	}
 	rows, err := tx.Query(ctx, s.sql.readSegments, pid, cur.cursor, limit)
@@ -195,6 +250,7 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 		}
 	}
 	var out []reginatype.PoppedMessage
+	var hiddenUntil time.Time
 segments:
 	for _, sg := range segs {
 		frames, err := partition.DecodeSegment(sg.frames, sg.count)
@@ -206,8 +262,11 @@ segments:
 			if off < cur.cursor {
 				continue
 			}
-			if q.delayed > 0 && frames[k].Created().Add(time.Duration(q.delayed)*time.Second).After(now) {
-				break segments // FIFO: nothing after an invisible message either
+			if q.delayed > 0 {
+				if visible := frames[k].Created().Add(time.Duration(q.delayed) * time.Second); visible.After(now) {
+					hiddenUntil = visible
+					break segments // FIFO: nothing after an invisible message either
+				}
 			}
 			out = append(out, reginatype.PoppedMessage{Frame: frames[k], Offset: off, PartitionID: c.ID, PartitionName: c.Name})
 			if len(out) >= limit {
@@ -216,7 +275,15 @@ segments:
 		}
 	}
 	if len(out) == 0 {
-		return nil, "", nil
+		switch {
+		case !hiddenUntil.IsZero():
+			return notBefore(hiddenUntil, "")
+		case named:
+			return nil, "", nil
+		default:
+			_, err := tx.Exec(ctx, s.sql.popNothing, pid, req.Group)
+			return nil, "", err
+		}
 	}
 	from, to := out[0].Offset, out[len(out)-1].Offset+1
 	if req.AutoAck {

@@ -24,15 +24,15 @@ type queries struct {
 	purgeSegments                                 string
 	purgeConsumed                                 string
 
-	popQueue, ensureGroup, readGroup, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
-	windowBufferBusy, readSegments, popAutoAck, popLease string
+	popPrepare, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
+	windowBufferBusy, readSegments, popAutoAck, popLease, popNotBefore, popNothing string
 	ackPartitionInfo, lockConsumerForAck, resolveOffsets, updateConsumerAfterAck, segmentAt,
 	insertDLQ, extendLease string
-	lockPartition, takeDLQ, replayInsert, liveLeases                                                string
-	countDLQ, listDLQ, deleteGroupCursors, deleteGroupMeta, seekTargetsExist, seek, setSubscription string
-	admin                                                                                           adminQueries
-	traces                                                                                          traceQueries
-	streams                                                                                         streamQueries
+	lockPartition, takeDLQ, replayInsert, liveLeases                                                                string
+	countDLQ, listDLQ, deleteGroupCursors, deleteGroupMeta, seekTargetsExist, seek, setSubscription, resetUnstarted string
+	admin                                                                                                           adminQueries
+	traces                                                                                                          traceQueries
+	streams                                                                                                         streamQueries
 }
 
 const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl, priority,
@@ -95,13 +95,14 @@ func newQueries(schema string) queries {
 				dedup_payload_check = EXCLUDED.dedup_payload_check,
 				updated_at = now()
 			RETURNING id`,
-		deleteQueue:       `DELETE FROM queen.queues WHERE name = $1 RETURNING id`,
-		deletePartitions:  `DELETE FROM queen.partitions WHERE queue_id = $1 RETURNING id`,
-		deleteSegments:    `DELETE FROM queen.segments WHERE partition_id = ANY($1::uuid[])`,
-		deleteLogTxns:     `DELETE FROM queen.log_txns WHERE partition_id = ANY($1::uuid[])`,
-		deleteConsumers:   `DELETE FROM queen.consumers WHERE partition_id = ANY($1::uuid[])`,
-		deleteDLQ:         `DELETE FROM queen.dlq WHERE partition_id = ANY($1::uuid[])`,
-		deleteQueueGroups: `DELETE FROM queen.consumer_groups WHERE queue_id = $1`,
+		deleteQueue:      `DELETE FROM queen.queues WHERE name = $1 RETURNING id`,
+		deletePartitions: `DELETE FROM queen.partitions WHERE queue_id = $1 RETURNING id`,
+		deleteSegments:   `DELETE FROM queen.segments WHERE partition_id = ANY($1::uuid[])`,
+		deleteLogTxns:    `DELETE FROM queen.log_txns WHERE partition_id = ANY($1::uuid[])`,
+		deleteConsumers:  `DELETE FROM queen.consumers WHERE partition_id = ANY($1::uuid[])`,
+		deleteDLQ:        `DELETE FROM queen.dlq WHERE partition_id = ANY($1::uuid[])`,
+		deleteQueueGroups: `WITH scan AS (DELETE FROM queen.group_scan WHERE queue_id = $1)
+			DELETE FROM queen.consumer_groups WHERE queue_id = $1`,
 		listQueues: `SELECT q.id, q.name, q.namespace, q.task, q.created_at,
 				(SELECT count(*) FROM queen.partitions p WHERE p.queue_id = q.id)::integer,
 				coalesce((SELECT sum(p.next_offset - coalesce(
@@ -151,12 +152,12 @@ func newQueries(schema string) queries {
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,
 		&q.retentionTargets, &q.purgeLogTxns, &q.purgeSegments, &q.purgeConsumed,
-		&q.popQueue, &q.ensureGroup, &q.readGroup, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
-		&q.windowBufferBusy, &q.readSegments, &q.popAutoAck, &q.popLease,
+		&q.popPrepare, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
+		&q.windowBufferBusy, &q.readSegments, &q.popAutoAck, &q.popLease, &q.popNotBefore, &q.popNothing,
 		&q.ackPartitionInfo, &q.lockConsumerForAck, &q.resolveOffsets, &q.updateConsumerAfterAck, &q.segmentAt,
 		&q.insertDLQ, &q.extendLease,
 		&q.countDLQ, &q.listDLQ, &q.deleteGroupCursors, &q.deleteGroupMeta, &q.seekTargetsExist, &q.seek,
-		&q.setSubscription, &q.lockPartition, &q.takeDLQ, &q.replayInsert, &q.liveLeases} {
+		&q.setSubscription, &q.resetUnstarted, &q.lockPartition, &q.takeDLQ, &q.replayInsert, &q.liveLeases} {
 		*p = qualify(*p, schema)
 	}
 	return q

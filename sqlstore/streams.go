@@ -49,9 +49,11 @@ func newStreamQueries(schema string) streamQueries {
 			                                    ELSE false END)
 			 ORDER BY key`,
 		// A cycle's ack on a (partition, group) without consumer state
-		// creates it at the acked message, unleased.
-		insertConsumer: `INSERT INTO queen.consumers (partition_id, consumer_group, cursor_offset)
-			VALUES ($1, $2, $3)`,
+		// creates it at the acked message, unleased (started, and in the
+		// ready index when the partition holds more).
+		insertConsumer: `INSERT INTO queen.consumers (partition_id, consumer_group, queue_id, cursor_offset,
+			       known_end, started)
+			SELECT $1, $2, p.queue_id, $3, p.next_offset, true FROM queen.partitions p WHERE p.id = $1`,
 	}
 	for _, p := range []*string{&q.insertQuery, &q.lockQuery, &q.updateQuery, &q.resetState, &q.shareQuery,
 		&q.upsertState, &q.deleteState, &q.readState, &q.insertConsumer} {

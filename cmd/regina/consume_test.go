@@ -272,7 +272,7 @@ func TestLeaseExpiryRedeliversAndExtendKeepsIt(t *testing.T) {
 
 	// Expire it (instead of waiting): the un-acked rest is handed out again,
 	// with no retry counted.
-	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second'`)
+	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second', avail_at = now() - interval '1 second'`)
 	r2 := b.pop(t, "lease", "", url.Values{"batch": {"10"}})
 	require.Equal(t, []string{"lease-Default-1", "lease-Default-2"}, []string{r2.Messages[0].TransactionID, r2.Messages[1].TransactionID})
 	require.Len(t, r2.Messages, 2)
@@ -520,7 +520,9 @@ func TestDelayedProcessingAndWindowBuffer(t *testing.T) {
 	b.configure(t, "buffered", map[string]any{"windowBuffer": 3600})
 	pushN(t, b, "buffered", "Default", 0, 2)
 	require.Empty(t, b.pop(t, "buffered", "", nil).Messages, "not served while the newest message is younger than windowBuffer")
+	// Two hours pass: every stored time moves back, the wait in the ready line too.
 	d.exec(t, `UPDATE queen.segments SET created_at = created_at - interval '2 hours'`)
+	d.exec(t, `UPDATE queen.consumers SET avail_at = avail_at - interval '2 hours'`)
 	require.Len(t, b.pop(t, "buffered", "", url.Values{"batch": {"5"}}).Messages, 2)
 }
 

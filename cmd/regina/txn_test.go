@@ -100,7 +100,7 @@ func TestTransactionDuplicateRollsBackEverything(t *testing.T) {
 	require.Equal(t, []int64{1, 1}, []int64{frames, next})
 	_, freshFrames, _, _, _ := d.partitionStats(t, "out", "fresh")
 	require.Equal(t, int64(0), freshFrames)
-	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second'`)
+	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second', avail_at = now() - interval '1 second'`)
 	again := b.pop(t, "in", "", nil)
 	require.Equal(t, r.Messages[0].ID, again.Messages[0].ID, "the ack was rolled back: redelivered")
 }

@@ -59,7 +59,8 @@ BEGIN
 
     IF p_window_hint = 0 THEN
         -- Deduplication off: one UPDATE ... RETURNING allocates, no probe.
-        UPDATE queen.partitions p SET next_offset = p.next_offset + n
+        UPDATE queen.partitions p SET next_offset = p.next_offset + n,
+               push_xid = pg_current_xact_id(), last_push_at = push_segment.created_at
           FROM queen.queues q
          WHERE p.id = p_partition AND q.id = p.queue_id AND q.dedup_window_seconds = 0
         RETURNING p.next_offset - n, q.dedup_payload_check INTO first_offset, payload_check;
@@ -175,7 +176,11 @@ BEGIN
     END IF;
 
     first_offset := v_next;
-    UPDATE queen.partitions SET next_offset = v_next + cardinality(v_keep) WHERE id = p_partition;
+    -- push_xid and last_push_at tell pops of every group that this
+    -- partition has new work (see pop_prepare.sql).
+    UPDATE queen.partitions SET next_offset = v_next + cardinality(v_keep),
+           push_xid = pg_current_xact_id(), last_push_at = push_segment.created_at
+     WHERE id = p_partition;
     INSERT INTO queen.segments (partition_id, first_offset, frame_count, created_at, frames)
          VALUES (p_partition, v_next, cardinality(v_keep), created_at, v_ids || v_bodies);
     INSERT INTO queen.log_txns (partition_id, first_offset, created_at, hashes, fingerprints)

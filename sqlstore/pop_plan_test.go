@@ -1,0 +1,158 @@
+package sqlstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/regina-mq/regina/reginatype"
+	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
+)
+
+// planBuffers is the shared buffers (hit + read) an EXPLAIN (ANALYZE,
+// BUFFERS, FORMAT JSON) plan's top node reports.
+func planBuffers(t *testing.T, plan []byte) (int, string) {
+	t.Helper()
+	var out []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	if err := json.Unmarshal(plan, &out); err != nil {
+		var one struct {
+			Plan map[string]any `json:"Plan"`
+		}
+		require.NoError(t, json.Unmarshal(plan, &one), "%s", plan)
+		out = append(out, one)
+	}
+	require.NotEmpty(t, out)
+	hit, _ := out[0].Plan["Shared Hit Blocks"].(float64)
+	read, _ := out[0].Plan["Shared Read Blocks"].(float64)
+	return int(hit + read), string(plan)
+}
+
+// readyQueue makes a queue of n partitions, one message each, read to the
+// end by queue mode; withWork then marks 1% of them (at least one) as having
+// unread work in the ready index, as a catch-up would (no segment behind
+// it: only the candidate query is run on it). It returns the store and
+// schema.
+func readyQueue(t *testing.T, n int, withWork bool) (*sqlstore.Store, string) {
+	t.Helper()
+	ctx := context.Background()
+	st := sqlstoretest.Open(t)
+	schema := st.Schema()
+	_, err := st.EnsurePartition(ctx, "wide", "seed")
+	require.NoError(t, err)
+	sqlstoretest.FillPartitions(t, schema, "wide", "p", n)
+	for {
+		res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "wide", Batch: 10000, Partitions: 1000, AutoAck: true})
+		require.NoError(t, err)
+		if len(res.Messages) == 0 {
+			break
+		}
+	}
+	pool := sqlstoretest.Pool(t)
+	q := func(s string) string { return strings.ReplaceAll(s, "queen.", pgx.Identifier{schema}.Sanitize()+".") }
+	if !withWork {
+		return st, schema
+	}
+	_, err = pool.Exec(ctx, q(`UPDATE queen.consumers c SET known_end = cursor_offset + 1, avail_at = now() - interval '1 minute'
+		  FROM queen.partitions p WHERE p.id = c.partition_id AND p.name LIKE 'p%' AND right(p.name, 2) = '37'`))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, q(`ANALYZE queen.consumers; ANALYZE queen.partitions`))
+	require.NoError(t, err)
+	return st, schema
+}
+
+// TestPopCandidatesCostIsFlat: the any-partition pop's candidate query reads
+// the same number of buffers with 100 and with 10,000 partitions (1% holding
+// work): it walks the ready index, not the partitions.
+func TestPopCandidatesCostIsFlat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bufs := map[int]int{}
+	for _, n := range []int{100, 10000} {
+		_, schema := readyQueue(t, n, true)
+		pool := sqlstoretest.Pool(t)
+		var qid [16]byte
+		require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT id FROM %s.queues WHERE name = 'wide'`,
+			pgx.Identifier{schema}.Sanitize())).Scan(&qid))
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		var plan []byte
+		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sqlstore.PopCandidatesSQL(schema),
+			qid, reginatype.QueueModeGroup, 1).Scan(&plan))
+		require.NoError(t, tx.Rollback(ctx))
+		b, text := planBuffers(t, plan)
+		if n > 1000 {
+			require.NotContains(t, text, `"Seq Scan"`, text)
+		}
+		require.Contains(t, text, "consumers_ready", text)
+		bufs[n] = b
+		t.Logf("%d partitions: %d buffers", n, b)
+	}
+	require.LessOrEqual(t, bufs[10000], bufs[100]+4, "candidate query buffers: %v", bufs)
+}
+
+// TestPopCatchUpCostIsFlat: when one partition was pushed since the group's
+// last look, queen.pop_prepare (the group's catch-up) reads about the same
+// number of buffers with 100 and with 10,000 partitions: it looks at the
+// partitions pushed since, not at all of them.
+func TestPopCatchUpCostIsFlat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bufs := map[int]int{}
+	for _, n := range []int{100, 10000} {
+		st, schema := readyQueue(t, n, false)
+		var notices []string
+		obs, done, err := st.Observed(ctx, func(ctx context.Context, c *pgx.Conn) error {
+			for _, s := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+				"SET auto_explain.log_nested_statements = on", "SET auto_explain.log_analyze = on",
+				"SET auto_explain.log_buffers = on", "SET auto_explain.log_format = json",
+				"SET auto_explain.log_level = notice"} {
+				if _, err := c.Exec(ctx, s); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, func(n *pgconn.Notice) { notices = append(notices, n.Message) })
+		require.NoError(t, err)
+		pool := sqlstoretest.Pool(t)
+		// One push to one partition, then a pop; twice, the first to warm
+		// the connection (plpgsql compiles the function on first use).
+		for _, part := range []string{"p00037", "p00073"} {
+			_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.partitions SET next_offset = next_offset + 1, push_xid = pg_current_xact_id()
+				 WHERE name = $1`, pgx.Identifier{schema}.Sanitize()), part)
+			require.NoError(t, err)
+			notices = nil
+			_, err = obs.Pop(ctx, reginatype.PopRequest{Queue: "wide", Batch: 1, AutoAck: true})
+			require.NoError(t, err)
+		}
+		done()
+		total := 0
+		for _, m := range notices {
+			// The statements inside pop_prepare (they name its arguments).
+			i := strings.Index(m, "{")
+			require.GreaterOrEqual(t, i, 0, m)
+			b, text := planBuffers(t, []byte(m[i:]))
+			if !strings.Contains(text, "p_queue") && !strings.Contains(text, "p_group") {
+				continue
+			}
+			if n > 1000 {
+				require.NotContains(t, text, `"Seq Scan"`, text)
+			}
+			total += b
+		}
+		require.Positive(t, total, "no plan of pop_prepare among %d notices", len(notices))
+		bufs[n] = total
+		t.Logf("%d partitions: %d buffers in pop_prepare", n, total)
+	}
+	// 100x the partitions may add a level to each index it probes (about
+	// eight probes); scanning the queue would read thousands of buffers.
+	require.LessOrEqual(t, bufs[10000], bufs[100]+16, "catch-up buffers: %v", bufs)
+}
