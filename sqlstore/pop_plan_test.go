@@ -152,7 +152,8 @@ func TestPopCatchUpCostIsFlat(t *testing.T) {
 		bufs[n] = total
 		t.Logf("%d partitions: %d buffers in pop_prepare", n, total)
 	}
-	// 100x the partitions may add a level to each index it probes (about
-	// eight probes); scanning the queue would read thousands of buffers.
-	require.LessOrEqual(t, bufs[10000], bufs[100]+16, "catch-up buffers: %v", bufs)
+	// 100x the partitions may add a level to each index it probes, and page
+	// splits and dead tuples vary from run to run; scanning the queue would
+	// read thousands of buffers.
+	require.LessOrEqual(t, bufs[10000], 2*bufs[100]+16, "catch-up buffers: %v", bufs)
 }

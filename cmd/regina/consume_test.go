@@ -655,7 +655,7 @@ func TestNewGroupFirstPopRacingAnother(t *testing.T) {
 	// The pop's insert waits on the uncommitted row.
 	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		if d.int(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-			AND query LIKE '%consumer_groups%' AND pid <> pg_backend_pid()`) == 0 {
+			AND (query LIKE '%consumer_groups%' OR query LIKE '%pop_prepare%') AND pid <> pg_backend_pid()`) == 0 {
 			return errNotYet
 		}
 		return nil

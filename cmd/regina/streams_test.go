@@ -337,7 +337,7 @@ func TestStreamsLeaseExpiryAndTakeover(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, status)
 
 	// A stalls past its lease; B takes over the same messages.
-	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second' WHERE consumer_group = $1`, group)
+	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second', avail_at = now() - interval '1 second' WHERE consumer_group = $1`, group)
 	bp := runnerPop(t, b, "src", group, 10)
 	require.Len(t, bp.Messages, 3)
 	require.Equal(t, a.Messages[0].TransactionID, bp.Messages[0].TransactionID)
@@ -360,7 +360,7 @@ func TestStreamsLeaseExpiryAndTakeover(t *testing.T) {
 	// A lease that expired with no one else around fails too (12.3).
 	pushN(t, b, "src", "p", 3, 1)
 	c := runnerPop(t, b, "src", group, 10)
-	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second' WHERE consumer_group = $1`, group)
+	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second', avail_at = now() - interval '1 second' WHERE consumer_group = $1`, group)
 	m = b.cycle(t, cycleFor(c, 4))
 	require.Equal(t, false, m["success"])
 	require.Equal(t, "Invalid or expired lease", m["error"])
@@ -404,7 +404,7 @@ func TestStreamsRetriedCyclesAreDeduplicated(t *testing.T) {
 	// then gets the message after the acked one.
 	status, _ := do(t, "GET", b.URL+"/api/v1/pop/queue/api?consumerGroup="+group, nil)
 	require.Equal(t, http.StatusNoContent, status)
-	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second' WHERE consumer_group = $1`, group)
+	d.exec(t, `UPDATE queen.consumers SET lease_expires_at = now() - interval '1 second', avail_at = now() - interval '1 second' WHERE consumer_group = $1`, group)
 	r2 := runnerPop(t, b, "api", group, 10)
 	require.Equal(t, "api-tenant-3-2", r2.Messages[0].TransactionID)
 

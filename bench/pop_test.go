@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
+	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
+)
+
+// pushBacklog pushes n messages (200-byte payloads, real transaction-id
+// hashes, so acks resolve) to queue/part in one push transaction.
+func pushBacklog(b *testing.B, st *sqlstore.Store, queue, part string, n int) {
+	b.Helper()
+	ctx := context.Background()
+	ref, err := st.EnsurePartition(ctx, queue, part)
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(`{"data":"` + strings.Repeat("x", 180) + `"}`)
+	batch := &reginatype.PushBatch{Partition: ref.ID, WindowHint: ref.WindowSeconds, Watermark: reginatype.NoWatermark}
+	run := runID.Add(1)
+	for i := range n {
+		tx := strconv.FormatInt(run, 10) + ":" + part + ":" + strconv.Itoa(i)
+		batch.Add(partition.HashTxID(tx), partition.NewV7(),
+			&partition.Body{CreatedAt: time.Now().UnixMicro(), TransactionID: tx, Payload: payload})
+	}
+	if _, err := st.Push(ctx, batch); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// popScalePartitions is the partition counts BenchmarkPopScale runs
+// (POP_SCALE_PARTITIONS, comma-separated; default 100 and 10,000).
+func popScalePartitions() []int {
+	v := os.Getenv("POP_SCALE_PARTITIONS")
+	if v == "" {
+		v = "100,10000"
+	}
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// BenchmarkPopScale measures the any-partition pop (sqlstore.Store.Pop, no
+// HTTP) on a queue of N partitions of which 1% (at least one) hold work:
+// every partition got one message, a queue-mode consumer read them all,
+// then the 1% got a backlog. One consumer pops (lease, batch 1) and acks,
+// as a client's consume loop does; it reports pops/s and the p99 of one
+// pop. The cost should not grow with N.
+func BenchmarkPopScale(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range popScalePartitions() {
+		b.Run(fmt.Sprintf("partitions=%d", n), func(b *testing.B) {
+			st := sqlstoretest.Open(b)
+			if _, err := st.EnsurePartition(ctx, "scale", "seed"); err != nil {
+				b.Fatal(err)
+			}
+			sqlstoretest.FillPartitions(b, st.Schema(), "scale", "p", n)
+			for {
+				res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "scale", Batch: 10000, Partitions: 1000, AutoAck: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(res.Messages) == 0 {
+					break
+				}
+			}
+			hot := max(n/100, 1)
+			const pops = 2000
+			for i := range hot {
+				pushBacklog(b, st, "scale", fmt.Sprintf("p%05d", i*100+37%n), pops/hot+10)
+			}
+			lat := make([]time.Duration, 0, pops)
+			b.ResetTimer()
+			start := time.Now()
+			for range pops {
+				t0 := time.Now()
+				res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "scale", Batch: 1})
+				lat = append(lat, time.Since(t0))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(res.Messages) != 1 {
+					b.Fatalf("pop answered %d messages while work waited (%s)", len(res.Messages), res.Empty)
+				}
+				m := res.Messages[0]
+				if _, err := st.Ack(ctx, reginatype.QueueModeGroup, []reginatype.AckItem{{TransactionID: m.TransactionID,
+					PartitionID: m.PartitionID, LeaseID: res.LeaseID, HasLease: true, Status: reginatype.AckCompleted}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(pops)/elapsed.Seconds(), "pops/s")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+		})
+	}
+}
+
+// BenchmarkPopDrain drains a queue of 5,000 partitions holding 4 messages
+// each (20,000) with one consumer that pops (lease, batch 10, one partition)
+// and acks, and logs the drain rate in each tenth of the messages: the rate
+// should stay flat to the last message.
+func BenchmarkPopDrain(b *testing.B) {
+	ctx := context.Background()
+	const parts, per = 5000, 4
+	st := sqlstoretest.Open(b)
+	for i := range parts {
+		pushBacklog(b, st, "drain", fmt.Sprintf("d%05d", i), per)
+	}
+	total := parts * per
+	tenth := total / 10
+	var rates []string
+	got, mark := 0, time.Now()
+	start := mark
+	b.ResetTimer()
+	for got < total {
+		res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "drain", Batch: 10})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(res.Messages) == 0 {
+			b.Fatalf("pop answered empty with %d of %d messages left", total-got, total)
+		}
+		acks := make([]reginatype.AckItem, len(res.Messages))
+		for i, m := range res.Messages {
+			acks[i] = reginatype.AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+				LeaseID: res.LeaseID, HasLease: true, Status: reginatype.AckCompleted}
+		}
+		if _, err := st.Ack(ctx, reginatype.QueueModeGroup, acks); err != nil {
+			b.Fatal(err)
+		}
+		prev := got / tenth
+		got += len(res.Messages)
+		if got/tenth > prev && len(rates) < 10 {
+			rates = append(rates, fmt.Sprintf("%.0f", float64(tenth)/time.Since(mark).Seconds()))
+			mark = time.Now()
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(total)/time.Since(start).Seconds(), "msgs/s")
+	b.Logf("drain of %d messages in %d partitions, msgs/s by tenth: %s", total, parts, strings.Join(rates, " "))
+}
