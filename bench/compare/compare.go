@@ -18,26 +18,50 @@ import (
 
 // Phase names. Every system gets the same pushes (see workload).
 const (
-	phReginaOn       = "regina_on"        // dedup on (1 h window), QUEEN_DEDUP_CACHE=true
-	phReginaOnStorm  = "regina_on_storm"  // replay of regina_on's pushes to the same broker
-	phReginaNoDedup  = "regina_nodedup"   // dedupWindowSeconds 0, same broker as regina_on
-	phReginaOff      = "regina_off"       // dedup on, QUEEN_DEDUP_CACHE=false
-	phReginaOffStorm = "regina_off_storm" // replay of regina_off's pushes
-	phCeiling        = "ceiling"          // queen.push_segment through pgx, no broker
-	phCeilingStorm   = "ceiling_storm"    // replay of ceiling's batches
-	phNATS           = "jetstream"        // async publish with Nats-Msg-Id, 1 h window
-	phNATSStorm      = "jetstream_storm"  // republish of the same Msg-Ids
-	phQueen          = "queen"            // the user's upstream Queen server (-queen-url)
-	phQueenStorm     = "queen_storm"      // replay of queen's pushes
+	phReginaOn       = "regina_on"           // dedup on (1 h window), QUEEN_DEDUP_CACHE=true
+	phReginaOnStorm  = "regina_on_storm"     // replay of regina_on's pushes to the same broker
+	phReginaNoDedup  = "regina_nodedup"      // dedupWindowSeconds 0, same broker as regina_on
+	phReginaOff      = "regina_off"          // dedup on, QUEEN_DEDUP_CACHE=false
+	phReginaOffStorm = "regina_off_storm"    // replay of regina_off's pushes
+	phCeiling        = "ceiling"             // queen.push_segment through pgx, no broker
+	phCeilingStorm   = "ceiling_storm"       // replay of ceiling's batches
+	phNATS           = "jetstream"           // async publish with Nats-Msg-Id, 1 h window
+	phNATSStorm      = "jetstream_storm"     // republish of the same Msg-Ids
+	phQueen          = "queen"               // the user's upstream Queen server (-queen-url)
+	phQueenStorm     = "queen_storm"         // replay of queen's pushes
+	phCheckOff       = "regina_check_off"    // dedup on, dedupPayloadCheck off (block F)
+	phCheckReport    = "regina_check_report" // dedup on, dedupPayloadCheck report, same broker
 )
 
 // Queues of the compare run (all in the run's schema).
 const (
-	qOn      = "cmp_on"
-	qOff     = "cmp_off"
-	qNoDedup = "cmp_nodedup"
-	qCeiling = "cmp_ceiling"
+	qOn          = "cmp_on"
+	qOff         = "cmp_off"
+	qNoDedup     = "cmp_nodedup"
+	qCeiling     = "cmp_ceiling"
+	qCheckOff    = "cmp_check_off"
+	qCheckReport = "cmp_check_report"
 )
+
+// configurePayloadCheck configures a queue with a 1 h window and the given
+// dedupPayloadCheck, and fails unless the answer echoes it.
+func configurePayloadCheck(ctx context.Context, baseURL, queue, check string) error {
+	body, _ := json.Marshal(map[string]any{"queue": queue,
+		"options": map[string]any{"dedupWindowSeconds": 3600, "dedupPayloadCheck": check}})
+	b, err := adminRequest(ctx, http.MethodPost, baseURL+"/api/v1/configure", body)
+	if err != nil {
+		return fmt.Errorf("configure %s: %w", queue, err)
+	}
+	var ans struct {
+		Options struct {
+			DedupPayloadCheck string `json:"dedupPayloadCheck"`
+		} `json:"options"`
+	}
+	if json.Unmarshal(b, &ans) != nil || ans.Options.DedupPayloadCheck != check {
+		return fmt.Errorf("configure %s: dedupPayloadCheck %q was sent, the answer was %s", queue, check, b)
+	}
+	return nil
+}
 
 // configureQueue sets a queue's dedupWindowSeconds through the broker's
 // configure endpoint (a full replace: every other option is the default).
@@ -125,6 +149,9 @@ type block struct {
 //	C  JetStream: jetstream, jetstream_storm
 //	D  broker with the cache off: regina_off, regina_off_storm
 //	E  the user's upstream Queen server (-queen-url): queen, queen_storm
+//	F  broker with the cache on, two queues with dedup on:
+//	   regina_check_off and regina_check_report (dedupPayloadCheck off and
+//	   report), in alternating order per round
 //
 // A storm always follows the phase whose pushes it replays.
 func (h *harness) runCompare() error {
@@ -224,12 +251,39 @@ func (h *harness) runCompare() error {
 		})
 		return nil
 	}
+	blockF := func(r int) error {
+		b, err := h.startBroker(h.main, true, "regina-check-r"+strconv.Itoa(r+1))
+		if err != nil {
+			return err
+		}
+		defer h.stopBroker()
+		for _, q := range [][2]string{{qCheckOff, "off"}, {qCheckReport, "report"}} {
+			if err := configurePayloadCheck(h.stop, b.url, q[0], q[1]); err != nil {
+				return err
+			}
+			if _, err := h.prime(b.url, q[0], tag(r, "prime-"+q[0]), c.partitions); err != nil {
+				return err
+			}
+		}
+		order := []struct{ phase, queue, tag string }{{phCheckOff, qCheckOff, "co"}, {phCheckReport, qCheckReport, "cr"}}
+		if r%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, o := range order {
+			if h.stop.Err() != nil {
+				return nil
+			}
+			h.drive(bspec(o.phase, r, b), h.reginaWork(b.url, o.queue, tag(r, o.tag), nil))
+		}
+		return nil
+	}
 	blocks := []block{
 		{key: 'A', name: "A (Regina, cache on)", run: blockA},
 		{key: 'B', name: "B (pgx ceiling)", run: blockB},
 		{key: 'C', name: "C (JetStream)", run: blockC},
 		{key: 'D', name: "D (Regina, cache off)", run: blockD},
 		{key: 'E', name: "E (upstream Queen)", run: blockE},
+		{key: 'F', name: "F (Regina, dedupPayloadCheck off vs report)", run: blockF},
 	}
 	if h.queen == nil {
 		blocks[4].skip = "no -queen-url (make compare QUEEN_URL=http://HOST:PORT) given"

@@ -5,12 +5,13 @@
 // upstream Queen server. It writes the ratios and the raw figures to
 // bench/RESULTS.md and prints, as its last line,
 //
-//	compare: regina/jetstream=R regina/ceiling=R dedup_on/off=R dup/new=R [regina/queen=R]
+//	compare: regina/jetstream=R regina/ceiling=R dedup_on/off=R dup/new=R report/off=R [regina/queen=R]
 //
 // Run it through make, which finds or starts PostgreSQL first:
 //
-//	make compare                    # 3 rounds x 9 phases x (3 s warmup + 20 s): about 12 minutes
-//	make compare DURATION=5s        # the same, shorter: about 4 minutes
+//	make compare                    # 3 rounds x 11 phases x (3 s warmup + 20 s): about 15 minutes
+//	make compare DURATION=5s        # the same, shorter: about 5 minutes
+//	make compare COMPARE_ARGS=-blocks=F   # only dedupPayloadCheck report vs off
 //	make compare ITEMS=100 ROUNDS=1 WARMUP=2s
 //	make compare COMPARE_ARGS='-blocks AB -nats-conns 1'
 //	make compare QUEEN_URL=http://127.0.0.1:6640            # adds block E against your Queen server
@@ -83,8 +84,8 @@
 //
 // # Phases and rounds
 //
-// One round is four blocks, five with Queen; the block order rotates by one
-// per round (A B C D, then B C D A, ...), so that no system always runs
+// One round is five blocks, six with Queen; the block order rotates by one
+// per round (A B C D F, then B C D F A, ...), so that no system always runs
 // first or last:
 //
 //	A  broker, QUEEN_DEDUP_CACHE=true: regina_on (dedup on, 1 h window),
@@ -96,6 +97,11 @@
 //	E  the user's Queen server (only with -queen-url): queen, queen_storm
 //	   (replays every push queen had accepted); its partitions are primed
 //	   first, as a fresh Regina's are
+//	F  broker, QUEEN_DEDUP_CACHE=true, two queues with a 1 h window:
+//	   regina_check_off (dedupPayloadCheck off) and regina_check_report
+//	   (report: every stored payload fingerprinted, its fingerprint written
+//	   next to its hash), back to back on one broker, their order swapped
+//	   every round; the bar is report/off >= 0.95
 //
 // Each phase is -warmup (3 s, not counted) plus -duration (20 s). An op
 // counts when its answer arrives inside the measured window; msgs/s counts

@@ -105,7 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.out, "out", "bench/RESULTS.md", "markdown file to write (its compare or scale section is replaced)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write every phase result as JSON to this path")
 	fs.StringVar(&c.command, "command", "", "how the run was invoked, for the results file (default: this program's arguments)")
-	fs.StringVar(&c.blocks, "blocks", "ABCDE", "compare mode: which blocks to run (A Regina cache on + storm + dedup off, B pgx ceiling + storm, C JetStream + storm, D Regina cache off + storm, E upstream Queen + storm when -queen-url is given)")
+	fs.StringVar(&c.blocks, "blocks", "ABCDEF", "compare mode: which blocks to run (A Regina cache on + storm + dedup off, B pgx ceiling + storm, C JetStream + storm, D Regina cache off + storm, E upstream Queen + storm when -queen-url is given, F Regina dedupPayloadCheck off vs report)")
 	fs.StringVar(&c.queenURL, "queen-url", "", "compare mode: an upstream Queen server you run (http://HOST:PORT); block E gives it the same load as Regina")
 	fs.StringVar(&c.queenDB, "queen-database", "", "compare mode: the PostgreSQL database the Queen server uses, when on the local cluster (its backends become \"PG ours\" of the Queen phases)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "stop measuring after this long (0 = from the plan, with a margin)")
@@ -301,7 +301,7 @@ func (h *harness) plannedTime() time.Duration {
 		n := (len(c.scaleParts) + len(c.scaleHashes)) * c.scaleRounds * 2
 		return time.Duration(n)*phase + 90*time.Minute
 	}
-	phases := 9
+	phases := 11
 	if c.queenURL != "" {
 		phases += 2
 	}
