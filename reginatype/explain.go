@@ -18,14 +18,21 @@ const (
 	ExplainExpired = "expired"
 	// ExplainDisabled: the queue's window is 0; a push is never checked.
 	ExplainDisabled = "disabled"
+	// ExplainConflict: stored inside the window with a payload other than
+	// the one given, on a queue with dedupPayloadCheck reject; a push of
+	// that payload would be answered conflict and write nothing.
+	ExplainConflict = "conflict"
 )
 
 // MaxExplainKeys bounds one Explain call (POST /api/v1/dedup/lookup).
 const MaxExplainKeys = 1000
 
-// ExplainKey names one transaction id of one partition.
+// ExplainKey names one transaction id of one partition, and optionally the
+// payload a push would carry (raw JSON bytes as a push would send them; nil
+// when none is given).
 type ExplainKey struct {
 	Queue, Partition, TransactionID string
+	Payload                         []byte
 }
 
 // Occurrence is one stored copy of a transaction id in a partition's hash
@@ -41,6 +48,9 @@ type Occurrence struct {
 	CreatedAt time.Time
 	// InWindow: CreatedAt > now - window, exactly as the push probe decides.
 	InWindow bool
+	// Fingerprint is its payload's fingerprint, nil when it was stored
+	// while the queue's dedupPayloadCheck was off.
+	Fingerprint *int64
 }
 
 // ExplainResult is the answer for one key.
@@ -50,7 +60,10 @@ type ExplainResult struct {
 	// WindowSeconds is the queue's window (the default for a queue a push
 	// would create).
 	WindowSeconds int
-	Verdict       string
+	// PayloadCheck is the queue's dedupPayloadCheck (the default for a
+	// queue a push would create).
+	PayloadCheck partition.PayloadCheck
+	Verdict      string
 	// Original is the occurrence a push would name (the earliest inside the
 	// window) for a duplicate; the newest stored one for expired or disabled;
 	// nil when nothing is stored.
@@ -59,4 +72,9 @@ type ExplainResult struct {
 	Occurrences []Occurrence
 	// Now is the database time the verdict was computed at.
 	Now time.Time
+	// PayloadGiven: the key carried a payload; PayloadFingerprint is its
+	// fingerprint and Payload how it compares with Original's.
+	PayloadGiven       bool
+	PayloadFingerprint int64
+	Payload            partition.PayloadMatch
 }

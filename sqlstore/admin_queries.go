@@ -16,7 +16,7 @@ func newAdminQueries(schema string) adminQueries {
 	q := adminQueries{
 		// Each key's queue and partition (NULL when missing), and the
 		// transaction's time.
-		explainResolve: `SELECT k.i::integer, q.id, q.dedup_window_seconds, p.id, now()
+		explainResolve: `SELECT k.i::integer, q.id, q.dedup_window_seconds, q.dedup_payload_check, p.id, now()
 			  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(queue, part, i)
 			  LEFT JOIN queen.queues q ON q.name = k.queue
 			  LEFT JOIN queen.partitions p ON p.queue_id = q.id AND p.name = k.part
@@ -29,7 +29,8 @@ func newAdminQueries(schema string) adminQueries {
 			       l.created_at > now() - make_interval(secs => k.w),
 			       (SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
 			          FROM queen.segments s
-			         WHERE s.partition_id = k.pid AND s.first_offset = l.first_offset)
+			         WHERE s.partition_id = k.pid AND s.first_offset = l.first_offset),
+			       l.fingerprints[m.o]
 			  FROM unnest($1::uuid[], $2::bytea[], $3::integer[], $4::integer[]) AS k(pid, h, w, i)
 			  JOIN queen.log_txns l ON l.hashes && ARRAY[k.h] AND (l.partition_id = k.pid) IS TRUE
 			 CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)

@@ -51,9 +51,10 @@ func (s *Store) Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]re
 					i        int32
 					qid, pid pgtype.UUID
 					window   *int32
+					check    *string
 					now      time.Time
 				)
-				if err := rows.Scan(&i, &qid, &window, &pid, &now); err != nil {
+				if err := rows.Scan(&i, &qid, &window, &check, &pid, &now); err != nil {
 					rows.Close()
 					return err
 				}
@@ -63,6 +64,10 @@ func (s *Store) Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]re
 				r.WindowSeconds = partition.DefaultDedupWindowSeconds
 				if window != nil {
 					r.WindowSeconds = int(*window)
+				}
+				r.PayloadCheck = partition.DefaultQueueOptions().DedupPayloadCheck
+				if check != nil {
+					r.PayloadCheck = *check
 				}
 				if pid.Valid {
 					r.PartitionExists = true
@@ -96,7 +101,7 @@ func (s *Store) Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]re
 					o   reginatype.Occurrence
 					mid []byte
 				)
-				if err := rows.Scan(&i, &o.Offset, &o.CreatedAt, &o.InWindow, &mid); err != nil {
+				if err := rows.Scan(&i, &o.Offset, &o.CreatedAt, &o.InWindow, &mid, &o.Fingerprint); err != nil {
 					return err
 				}
 				if len(mid) == 16 {
@@ -113,8 +118,27 @@ func (s *Store) Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]re
 	}
 	for i := range out {
 		decide(&out[i])
+		if keys[i].Payload != nil {
+			comparePayload(&out[i], keys[i].Payload)
+		}
 	}
 	return out, nil
+}
+
+// comparePayload compares a given payload with the original's fingerprint,
+// as a push of it would: under dedupPayloadCheck reject, a duplicate with
+// another payload is a conflict.
+func comparePayload(r *reginatype.ExplainResult, payload []byte) {
+	r.PayloadGiven = true
+	r.PayloadFingerprint = partition.Fingerprint(payload)
+	if r.Original == nil {
+		return
+	}
+	r.Payload = partition.ComparePayload(r.PayloadFingerprint, r.Original.Fingerprint)
+	if r.Verdict == reginatype.ExplainDuplicate && r.Payload == partition.PayloadDifferent &&
+		r.PayloadCheck == partition.PayloadCheckReject {
+		r.Verdict = reginatype.ExplainConflict
+	}
 }
 
 // decide sets Verdict and Original from the occurrences (in offset order).

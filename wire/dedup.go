@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -26,6 +27,8 @@ type occurrenceView struct {
 	WindowEndsAt *string `json:"windowEndsAt"`
 	InWindow     bool    `json:"inWindow"`
 	SegmentGone  bool    `json:"segmentRemoved"`
+	// PayloadFingerprint: 16 hex digits, null when stored without one.
+	PayloadFingerprint *string `json:"payloadFingerprint"`
 }
 
 type explainView struct {
@@ -37,6 +40,13 @@ type explainView struct {
 	PartitionExists bool    `json:"partitionExists"`
 	PartitionID     *string `json:"partitionId"`
 	WindowSeconds   int     `json:"windowSeconds"`
+	PayloadCheck    string  `json:"payloadCheck"`
+	// PayloadFingerprint is the given payload's (null when none was
+	// given); PayloadMismatch whether it differs from the original's, as
+	// a push would answer (null when no payload was given, nothing is
+	// stored or the original has no fingerprint).
+	PayloadFingerprint *string `json:"payloadFingerprint"`
+	PayloadMismatch    *bool   `json:"payloadMismatch"`
 	// MessageID is the original a push would name (duplicate), or the newest
 	// stored copy (expired, disabled); null when nothing is stored.
 	MessageID             *string          `json:"messageId"`
@@ -59,17 +69,44 @@ func windowEnd(at time.Time, window int) *string {
 
 func timeMicros(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
 
+// fingerprintText renders a payload fingerprint as 16 hex digits.
+func fingerprintText(fp int64) string { return fmt.Sprintf("%016x", uint64(fp)) }
+
+func fingerprintView(fp *int64) *string {
+	if fp == nil {
+		return nil
+	}
+	return new(fingerprintText(*fp))
+}
+
+// payloadMismatchView is false (same), true (different) or nil (not
+// compared), as a push answers payloadMismatch.
+func payloadMismatchView(m partition.PayloadMatch) *bool {
+	switch m {
+	case partition.PayloadSame:
+		return new(false)
+	case partition.PayloadDifferent:
+		return new(true)
+	case partition.PayloadUnchecked:
+	}
+	return nil
+}
+
 func newExplainView(k reginatype.ExplainKey, r *reginatype.ExplainResult) explainView {
 	v := explainView{Queue: k.Queue, Partition: k.Partition, TransactionID: k.TransactionID, Verdict: r.Verdict,
 		QueueExists: r.QueueExists, PartitionExists: r.PartitionExists, WindowSeconds: r.WindowSeconds,
+		PayloadCheck: r.PayloadCheck, PayloadMismatch: payloadMismatchView(r.Payload),
 		Occurrences: make([]occurrenceView, 0, len(r.Occurrences)), CheckedAt: timeMicros(r.Now)}
+	if r.PayloadGiven {
+		v.PayloadFingerprint = new(fingerprintText(r.PayloadFingerprint))
+	}
 	if r.PartitionExists {
 		v.PartitionID = new(r.PartitionID.String())
 	}
 	for _, o := range r.Occurrences {
 		v.Occurrences = append(v.Occurrences, occurrenceView{Offset: o.Offset, MessageID: o.MessageID.String(),
 			StoredAt: timeMicros(o.CreatedAt), WindowEndsAt: windowEnd(o.CreatedAt, r.WindowSeconds),
-			InWindow: o.InWindow, SegmentGone: o.SegmentGone})
+			InWindow: o.InWindow, SegmentGone: o.SegmentGone, PayloadFingerprint: fingerprintView(o.Fingerprint)})
 	}
 	if o := r.Original; o != nil {
 		v.MessageID = new(o.MessageID.String())
@@ -90,6 +127,12 @@ func newExplainView(k reginatype.ExplainKey, r *reginatype.ExplainResult) explai
 		v.Note = "partition does not exist: a push would create it and queue the message"
 	case r.Verdict == reginatype.ExplainDisabled:
 		v.Note = "deduplication is off on this queue (dedupWindowSeconds 0): a push is never checked and is queued"
+	case r.Verdict == reginatype.ExplainConflict:
+		v.Note = "stored inside the window with another payload, and the queue rejects that (dedupPayloadCheck " +
+			"reject): a push of this payload would be answered conflict and write nothing"
+	case r.Verdict == reginatype.ExplainDuplicate && r.Payload == partition.PayloadDifferent:
+		v.Note = "stored inside the window with another payload: a push would be answered duplicate with " +
+			"payloadMismatch and write nothing (the given payload would be lost)"
 	case r.Verdict == reginatype.ExplainDuplicate && v.OriginalUnknown:
 		v.Note = "stored inside the window: a push would be answered duplicate with the zero UUID (the original's " +
 			"segment was removed by retention) and write nothing"
@@ -112,6 +155,13 @@ func (s *Server) handleDedupExplain(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, "queue, partition and transactionId are required")
 		return
 	}
+	if args.Has("payload") {
+		k.Payload = append([]byte{}, args.Peek("payload")...)
+		if err := checkPayload(k.Payload); err != nil {
+			writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+			return
+		}
+	}
 	res, err := s.b.Admin.Explain(ctx, []reginatype.ExplainKey{k})
 	if err != nil {
 		s.writeCoreError(ctx, err)
@@ -132,6 +182,17 @@ type lookupView struct {
 	StoredAt      *string  `json:"storedAt"`
 	InWindow      bool     `json:"inWindow"`
 	Verdict       string   `json:"verdict"`
+	// PayloadMismatch: the item's payload differs from the original's
+	// (null when none was given or it cannot be told).
+	PayloadMismatch *bool `json:"payloadMismatch"`
+}
+
+// checkPayload accepts one JSON value (the payload a push would carry).
+func checkPayload(p []byte) error {
+	if kindOf(p) == kindMissing || !json.Valid(p) {
+		return errors.New("payload must be one JSON value, exactly as a push would send it")
+	}
+	return nil
 }
 
 // DecodeLookup decodes and validates a POST /api/v1/dedup/lookup body: at
@@ -157,6 +218,7 @@ func DecodeLookup(body []byte) ([]reginatype.ExplainKey, error) {
 		Queue         json.RawMessage `json:"queue"`
 		Partition     json.RawMessage `json:"partition"`
 		TransactionID json.RawMessage `json:"transactionId"`
+		Payload       json.RawMessage `json:"payload"`
 	}
 	if err := unmarshal(top.Items, &raws); err != nil {
 		return nil, errors.New("Each item must be an object")
@@ -194,6 +256,9 @@ func DecodeLookup(body []byte) ([]reginatype.ExplainKey, error) {
 		if len(keys[i].TransactionID) > partition.MaxTxIDLen {
 			return nil, bad("transactionId is longer than 255 bytes")
 		}
+		if kindOf(r.Payload) != kindMissing {
+			keys[i].Payload = r.Payload
+		}
 	}
 	return keys, nil
 }
@@ -218,7 +283,7 @@ func (s *Server) handleDedupLookup(ctx *fasthttp.RequestCtx) {
 		r := &res[i]
 		v := lookupView{Index: i, Queue: keys[i].Queue, Partition: keys[i].Partition,
 			TransactionID: keys[i].TransactionID, Committed: len(r.Occurrences) > 0, Verdict: r.Verdict,
-			MessageIDs: make([]string, 0, len(r.Occurrences))}
+			MessageIDs: make([]string, 0, len(r.Occurrences)), PayloadMismatch: payloadMismatchView(r.Payload)}
 		if r.PartitionExists {
 			v.PartitionID = new(r.PartitionID.String())
 		}
