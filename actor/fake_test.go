@@ -25,6 +25,8 @@ type fakeStore struct {
 	// before, when set, runs at the start of EnsurePartition ("ensure") and
 	// Push ("push"); tests use it to hold the actor or to panic.
 	before func(op string)
+	// epoch is what Epoch reports; tests move it on to act a failover.
+	epoch atomic.Uint64
 
 	mu      sync.Mutex
 	refs    map[string]reginatype.PartitionRef
@@ -40,6 +42,8 @@ type storedBatch struct {
 	Payloads []string
 	Stored   int // leaders written (not duplicates)
 }
+
+func (f *fakeStore) Epoch() uint64 { return f.epoch.Load() }
 
 func newFakeStore() *fakeStore {
 	return &fakeStore{refs: map[string]reginatype.PartitionRef{},
@@ -68,7 +72,7 @@ func (f *fakeStore) Push(_ context.Context, b *reginatype.PushBatch) (reginatype
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	res := reginatype.PushResult{WindowSeconds: 3600, FirstOffset: -1, CreatedAt: time.Now()}
+	res := reginatype.PushResult{WindowSeconds: 3600, FirstOffset: -1, CreatedAt: time.Now(), Epoch: f.epoch.Load()}
 	var sb storedBatch
 	known := f.ids[b.Partition]
 	start := int32(0)

@@ -146,6 +146,7 @@ func (r *Registry) maybeHydrate(p partition.UUID) {
 		h.busy.Add(1)
 		return
 	}
+	epoch := r.store.Epoch()
 	tok, ok := r.cache.BeginHydrate(p)
 	if !ok {
 		<-h.sem
@@ -165,13 +166,15 @@ func (r *Registry) maybeHydrate(p partition.UUID) {
 			<-h.sem
 			h.wg.Done()
 		}()
-		r.hydrate(p, tok)
+		r.hydrate(p, tok, epoch)
 	}()
 }
 
 // hydrate loads partition p in one snapshot and hands it to the cache. The
-// snapshot is taken after BeginHydrate returned, as the cache requires.
-func (r *Registry) hydrate(p partition.UUID, tok cache.HydrateToken) {
+// snapshot is taken after BeginHydrate returned, as the cache requires. A
+// load that was begun or read under another store epoch than the cache's is
+// aborted (it may describe another server than the cache does).
+func (r *Registry) hydrate(p partition.UUID, tok cache.HydrateToken, epoch uint64) {
 	h := r.hyd
 	ctx, cancel := context.WithTimeout(h.ctx, hydrateTimeout)
 	defer cancel()
@@ -210,7 +213,11 @@ func (r *Registry) hydrate(p partition.UUID, tok cache.HydrateToken) {
 	// A truncated load is every in-window row below res.NextOffset and more
 	// hashes than the budget can hold: the cache refuses it as too big
 	// (ReasonPressure, with its backoff) rather than installing it.
-	r.cache.FinishHydrate(tok, res.NextOffset, res.WindowSeconds, res.Now, rows)
+	if !r.underEpoch(epoch, func() { r.cache.FinishHydrate(tok, res.NextOffset, res.WindowSeconds, res.Now, rows) }) {
+		r.cache.AbortHydrate(tok)
+		h.aborted.Add(1)
+		return
+	}
 	h.finished.Add(1)
 	if res.Truncated {
 		h.truncated.Add(1)

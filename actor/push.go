@@ -414,6 +414,7 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 		a.buildBatch(reqs)
 		// The same window goes to the cache and, as WindowHint, to SQL,
 		// which ignores the watermark if the queue's window has grown.
+		a.batch.Epoch = a.reg.syncEpoch()
 		a.batch.Watermark = a.watermark()
 		start := time.Now()
 		res, err := a.reg.store.Push(ctx, &a.batch)
@@ -533,7 +534,13 @@ func (a *actor) learn(res *reginatype.PushResult) {
 		}
 		s.stored = append(s.stored, h)
 	}
-	a.reg.cache.Learn(a.ref.ID, res.WindowSeconds, res.FirstOffset, s.stored, res.CreatedAt)
+	if res.Epoch != a.batch.Epoch || !a.reg.underEpoch(res.Epoch, func() {
+		a.reg.cache.Learn(a.ref.ID, res.WindowSeconds, res.FirstOffset, s.stored, res.CreatedAt)
+	}) {
+		// The database server changed around this push: the next batch's
+		// syncEpoch drops the cache; make sure this partition goes too.
+		a.reg.cache.Forget(a.ref.ID)
+	}
 }
 
 // answer turns the transaction's result into per-item verdicts, records

@@ -28,6 +28,10 @@ type Store interface {
 	// LoadHydration reads what the dedup cache needs to vouch for a
 	// partition (at most maxHashes hashes).
 	LoadHydration(ctx context.Context, p partition.UUID, maxHashes int) (reginatype.Hydration, error)
+	// Epoch numbers the database servers seen; it moves on when the server
+	// changed (a failover), before anything runs on the new one. What the
+	// cache learned under another epoch is dropped.
+	Epoch() uint64
 }
 
 // Config bounds the actors. Zero fields take their defaults.
@@ -131,6 +135,12 @@ type Registry struct {
 	mismatchLog zerolog.Logger
 
 	batches, queued, duplicates, mailboxFull, pushFailures atomic.Uint64
+
+	// epochMu orders the cache's reset on a new store epoch (write lock)
+	// against what is taught to it (Learn, FinishHydrate: read lock), so
+	// nothing learned from the old server lands in the reset cache.
+	epochMu    sync.RWMutex
+	cacheEpoch uint64 // the store epoch the cache describes
 }
 
 // hooks let the package's tests act at points no event shows from outside.
@@ -168,6 +178,42 @@ const (
 	mismatchLogBurst  = 5
 	mismatchLogPeriod = 10 * time.Second
 )
+
+// syncEpoch returns the store's epoch, first dropping the whole cache when
+// the cache describes an older one (the database server changed: what the
+// cache learned may be missing from the new one, and others may have
+// written offsets the cache thinks it knows).
+func (r *Registry) syncEpoch() uint64 {
+	e := r.store.Epoch()
+	r.epochMu.RLock()
+	same := e <= r.cacheEpoch
+	r.epochMu.RUnlock()
+	if same {
+		return e
+	}
+	r.epochMu.Lock()
+	if e > r.cacheEpoch {
+		r.cache.ForgetAll()
+		r.log.Warn().Uint64("epoch", e).Msg("dedup cache dropped: the database server changed (failover); " +
+			"partitions are probed in full until loaded again")
+		r.cacheEpoch = e
+	}
+	r.epochMu.Unlock()
+	return e
+}
+
+// underEpoch runs f (which teaches the cache) only when the cache still
+// describes epoch e, holding the reset off meanwhile; it reports whether f
+// ran.
+func (r *Registry) underEpoch(e uint64, f func()) bool {
+	r.epochMu.RLock()
+	defer r.epochMu.RUnlock()
+	if r.cacheEpoch != e || r.store.Epoch() != e {
+		return false
+	}
+	f()
+	return true
+}
 
 // remove drops a retired actor from the map (if it is still the one there).
 func (r *Registry) remove(a *actor) {

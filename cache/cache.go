@@ -257,6 +257,22 @@ func (c *Cache) Forget(p [16]byte) {
 	}
 }
 
+// ForgetAll drops every partition, whatever its state, and the too-big
+// records: the database the cache described was replaced (a failover to a
+// standby that may lack commits the cache learned). Hydrations in flight
+// are discarded when they finish.
+func (c *Cache) ForgetAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.tooBig)
+	for _, p := range c.lru.Keys() {
+		if e, ok := c.lru.Peek(p); ok {
+			c.lru.Remove(p)
+			c.removeLocked(e)
+		}
+	}
+}
+
 // sync brings e's accounted size up to date and evicts while over budget.
 // Never call it with e.mu held.
 func (c *Cache) sync(e *entry) {

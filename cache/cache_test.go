@@ -675,3 +675,31 @@ func TestConcurrentPartitions(t *testing.T) {
 	st := c.Stats()
 	require.LessOrEqual(t, st.Bytes, int64(256<<10))
 }
+
+func TestForgetAll(t *testing.T) {
+	t.Parallel()
+	c := newCache(1 << 20)
+	rows := []Segment{{FirstOffset: 0, CreatedAt: at(0), Hashes: hashes(1, 3)}}
+	hydrate(t, c, pid(1), 3, 60, at(0), rows...)
+	hydrate(t, c, pid(2), 3, 60, at(0), rows...)
+	tok, ok := c.BeginHydrate(pid(3)) // in flight across the reset
+	require.True(t, ok)
+	_, r := wm(c, pid(1), 60)
+	require.Equal(t, ReasonNone, r)
+
+	c.ForgetAll()
+	for i := 1; i <= 3; i++ {
+		_, r = wm(c, pid(i), 60)
+		require.Equal(t, ReasonUnknown, r, "partition %d", i)
+	}
+	c.FinishHydrate(tok, 3, 60, at(0), rows) // begun before the reset: discarded
+	_, r = wm(c, pid(3), 60)
+	require.Equal(t, ReasonUnknown, r)
+	st := c.Stats()
+	require.Zero(t, st.Bytes)
+	require.Zero(t, st.Partitions+st.Hydrating+st.Tombstones+st.TooBig)
+
+	hydrate(t, c, pid(1), 3, 60, at(0), rows...) // loads again afterwards
+	_, r = wm(c, pid(1), 60)
+	require.Equal(t, ReasonNone, r)
+}

@@ -40,7 +40,12 @@ type PushBatch struct {
 	// Watermark promises that no hash of the batch occurs at or below this
 	// offset; NoWatermark probes the whole window.
 	Watermark int64
-	Hashes    [][]byte
+	// Epoch is the store epoch (sqlstore.Store.Epoch) the watermark was
+	// computed under: when the store's epoch is another one by the time the
+	// transaction runs (the database server changed), the watermark is
+	// ignored and the whole window is probed.
+	Epoch  uint64
+	Hashes [][]byte
 	IDs       []byte
 	Bodies    []byte
 	Ends      []int32
@@ -92,6 +97,8 @@ type PushResult struct {
 	// DupFingerprint[k] is the payload fingerprint of item DupIndex[k]'s
 	// original, nil when it was stored without one (the check was off).
 	DupFingerprint []*int64
+	// Epoch is the store epoch the transaction ran under.
+	Epoch uint64
 }
 
 // PushItem is one item of a push, validated by the caller.

@@ -42,3 +42,16 @@ func MigrateFS(ctx context.Context, pool *pgxpool.Pool, schema string, fsys fs.F
 // PopCandidatesSQL is the any-partition pop's candidate query, qualified
 // with schema.
 func PopCandidatesSQL(schema string) string { return newQueries(schema).popCandidates }
+
+// PretendServerWas makes the store believe the last server it connected to
+// had identity id (unless id is empty: the real one stays) and closes its
+// connections, so that the next statement connects again and compares
+// identities, as after a failover.
+func (s *Store) PretendServerWas(id string) {
+	if id != "" {
+		s.ident.mu.Lock()
+		s.ident.last = id
+		s.ident.mu.Unlock()
+	}
+	s.pool.Reset()
+}

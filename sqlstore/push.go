@@ -62,7 +62,20 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 		dupFps  []*int64
 		created time.Time
 	)
-	err := s.pool.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, b.Watermark,
+	// Acquire first: a new connection moves the epoch on (conn.go) before
+	// it runs anything, so a watermark computed under another epoch (what
+	// the cache learned from another server) is never applied here.
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return res, classify(err)
+	}
+	defer conn.Release()
+	res.Epoch = s.Epoch()
+	watermark := b.Watermark
+	if res.Epoch != b.Epoch {
+		watermark = reginatype.NoWatermark
+	}
+	err = conn.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, watermark,
 		b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints).
 		Scan(&status, &res.WindowSeconds, &res.FirstOffset, &created, &dupIdx, &dupIDs, &dupAt,
 			&res.PayloadCheck, &dupFps)
