@@ -46,9 +46,9 @@ type PushBatch struct {
 	// ignored and the whole window is probed.
 	Epoch  uint64
 	Hashes [][]byte
-	IDs       []byte
-	Bodies    []byte
-	Ends      []int32
+	IDs    []byte
+	Bodies []byte
+	Ends   []int32
 	// Fingerprints are the items' payload fingerprints, nil when the caller
 	// believes the queue's dedupPayloadCheck is off (whether it is nil
 	// decides like WindowHint: see ErrWindowChanged).
