@@ -213,3 +213,56 @@ func TestReadOnlyDatabaseIsNoPrimary(t *testing.T) {
 		})
 	}
 }
+
+// A push whose backend the server ends (57P01, admin shutdown: what a
+// primary going down does to its sessions) answers a retryable 503 "outcome
+// unknown", never a verdict; its retry gets the right one.
+func TestPushCutOffByAdminShutdownIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	first := b.push(t, item{"queue": "q", "partition": "p", "transactionId": "first"})
+	require.NotNil(t, first[0].PartitionID)
+
+	// Hold the partition's row lock, so the next push waits inside
+	// push_segment, then end that backend.
+	tx, err := d.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after the explicit one
+	_, err = tx.Exec(ctx, d.q(`SELECT 1 FROM queen.partitions WHERE id = $1 FOR UPDATE`), *first[0].PartitionID)
+	require.NoError(t, err)
+	type answer struct {
+		status int
+		body   []byte
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		status, body := b.pushRaw(t, map[string]any{"items": []item{{"queue": "q", "partition": "p", "transactionId": "cut"}}})
+		answered <- answer{status, body}
+	}()
+	pattern := "%" + b.Schema + "%push_segment%"
+	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		var n int64
+		if err := d.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE application_name = 'regina' AND wait_event_type = 'Lock' AND query LIKE $1`, pattern).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return errNotYet
+		}
+		return nil
+	})
+	a := <-answered
+	require.Equal(t, http.StatusServiceUnavailable, a.status, "answered %s", a.body)
+	require.Contains(t, string(a.body), "Outcome unknown")
+	require.Contains(t, string(a.body), `"retryable":true`)
+	require.NoError(t, tx.Rollback(ctx))
+
+	// The retry gets the verdict: here nothing had committed.
+	res := b.push(t, item{"queue": "q", "partition": "p", "transactionId": "cut"})
+	require.Equal(t, "queued", res[0].Status)
+	res2 := b.push(t, item{"queue": "q", "partition": "p", "transactionId": "cut"})
+	require.Equal(t, "duplicate", res2[0].Status)
+	require.Equal(t, res[0].MessageID, res2[0].MessageID)
+}
