@@ -229,7 +229,7 @@ func TestPushCutOffByAdminShutdownIsOutcomeUnknown(t *testing.T) {
 	// push_segment, then end that backend.
 	tx, err := d.pool.Begin(ctx)
 	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after the explicit one
+	defer tx.Rollback(ctx) // a no-op after the explicit one
 	_, err = tx.Exec(ctx, d.q(`SELECT 1 FROM queen.partitions WHERE id = $1 FOR UPDATE`), *first[0].PartitionID)
 	require.NoError(t, err)
 	type answer struct {
