@@ -51,6 +51,7 @@ fuzz: ## Fuzz the JSON decoders and segment codec (FUZZTIME=30s each)
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeConfigure -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeTransaction -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeAcks -fuzztime=$(FUZZTIME) ./wire
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeStreams -fuzztime=$(FUZZTIME) ./wire
 	$(GO) test -run='^$$' -fuzz=FuzzSegment -fuzztime=$(FUZZTIME) ./partition
 
 loadtest: build ## Push load at a running broker (ARGS='-duration 30s -items 100')

@@ -597,3 +597,24 @@ func TestStreamsAuth(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "%s", out)
 	require.Contains(t, string(out), `"key":"k"`)
 }
+
+// TestStreamsDLQAck: a cycle ack with status failed dead-letters the acked
+// message (no retry counting), moves the cursor past it and releases the
+// lease.
+func TestStreamsDLQAck(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	pushN(t, b, "src", "p", 0, 2)
+	qid := b.register(t, "q", "src", "h", false)["query_id"].(string)
+	r := runnerPop(t, b, "src", "streams.q", 1)
+	m := b.cycle(t, map[string]any{"query_id": qid, "partition_id": r.PartitionID, "consumer_group": "streams.q",
+		"ack": map[string]any{"transactionId": r.Messages[0].TransactionID, "leaseId": r.LeaseID, "status": "failed",
+			"error": "poison"}})
+	require.Equal(t, true, m["success"], "%v", m)
+	require.Equal(t, map[string]any{"success": true, "count": 0.0, "lease_released": true, "dlq": true}, m["ack_result"])
+	require.Equal(t, int64(1), d.int(t, `SELECT count(*) FROM queen.dlq WHERE consumer_group = 'streams.q'
+		AND transaction_id = 'src-p-0' AND error_message = 'poison' AND retry_count = 0`))
+	next := runnerPop(t, b, "src", "streams.q", 10)
+	require.Equal(t, "src-p-1", next.Messages[0].TransactionID)
+}
