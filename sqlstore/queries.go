@@ -33,6 +33,7 @@ type queries struct {
 	admin                                                                                                           adminQueries
 	traces                                                                                                          traceQueries
 	streams                                                                                                         streamQueries
+	stats                                                                                                           statsQueries
 }
 
 const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl, priority,
@@ -148,6 +149,7 @@ func newQueries(schema string) queries {
 	q.admin = newAdminQueries(schema)
 	q.traces = newTraceQueries(schema)
 	q.streams = newStreamQueries(schema)
+	q.stats = newStatsQueries(schema)
 	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,

@@ -64,15 +64,17 @@ func (s *Store) RetainOnce(ctx context.Context, batchSize int) (st RetentionStat
 			return st, fmt.Errorf("retention %s/%s: log_txns: %w", t.queue, t.part, err)
 		}
 		if t.segmentRetentionSe > 0 {
-			n, err := s.purge(ctx, s.sql.purgeSegments, t.id, t.segmentRetentionSe, batchSize)
+			n, msgs, err := s.purgeMessages(ctx, s.sql.purgeSegments, t.id, t.segmentRetentionSe, batchSize)
 			st.Segments += n
+			s.reportPurge(t.queue, PurgeRetention, msgs)
 			if err != nil {
 				return st, fmt.Errorf("retention %s/%s: segments: %w", t.queue, t.part, err)
 			}
 		}
 		if t.completedSeconds > 0 {
-			n, err := s.purge(ctx, s.sql.purgeConsumed, t.id, t.completedSeconds, batchSize)
+			n, msgs, err := s.purgeMessages(ctx, s.sql.purgeConsumed, t.id, t.completedSeconds, batchSize)
 			st.Segments += n
+			s.reportPurge(t.queue, PurgeCompleted, msgs)
 			if err != nil {
 				return st, fmt.Errorf("retention %s/%s: consumed segments: %w", t.queue, t.part, err)
 			}
@@ -98,6 +100,40 @@ func (s *Store) purge(ctx context.Context, sql string, id [16]byte, seconds, bat
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(batchSize) || ctx.Err() != nil {
 			return total, nil //nolint:nilerr // a cancelled pass stops early: what it deleted is its result
+		}
+	}
+}
+
+// The kinds of deletion OnPurge reports.
+const (
+	// PurgeRetention: segments older than retentionSeconds.
+	PurgeRetention = "retention"
+	// PurgeCompleted: consumed segments older than completedRetentionSeconds.
+	PurgeCompleted = "completed"
+	// PurgeEviction: messages older than maxWaitTimeSeconds.
+	PurgeEviction = "eviction"
+)
+
+func (s *Store) reportPurge(queue, kind string, messages int64) {
+	if s.onPurge != nil && messages > 0 {
+		s.onPurge(queue, kind, messages)
+	}
+}
+
+// purgeMessages runs a segment DELETE (aliased s) like purge and also
+// counts the messages the deleted segments held.
+func (s *Store) purgeMessages(ctx context.Context, sql string, id [16]byte, seconds, batchSize int) (
+	segments, messages int64, err error) {
+	counted := "WITH d AS (" + sql + " RETURNING s.frame_count) SELECT count(*), coalesce(sum(d.frame_count), 0)::bigint FROM d"
+	for {
+		var n, m int64
+		if err := s.pool.QueryRow(ctx, counted, id, seconds, batchSize).Scan(&n, &m); err != nil {
+			return segments, messages, classify(err)
+		}
+		segments += n
+		messages += m
+		if n < int64(batchSize) || ctx.Err() != nil {
+			return segments, messages, nil //nolint:nilerr // a cancelled pass stops early: what it deleted is its result
 		}
 	}
 }

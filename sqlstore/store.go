@@ -52,6 +52,9 @@ type Config struct {
 	// OnRetention, when set, is called after every retention pass
 	// (RetainOnce) with what it deleted, also when it failed part way.
 	OnRetention func(RetentionStats, error)
+	// OnPurge, when set, is called with the messages retention deleted on
+	// a queue, by kind (PurgeRetention, PurgeCompleted, PurgeEviction).
+	OnPurge func(queue, kind string, messages int64)
 }
 
 // Store is Regina's PostgreSQL state. It is safe for concurrent use.
@@ -62,6 +65,8 @@ type Store struct {
 	log    zerolog.Logger
 	sql    queries
 	onRet  func(RetentionStats, error)
+	// onPurge is Config.OnPurge.
+	onPurge func(queue, kind string, messages int64)
 }
 
 // Open connects, applies migrations and returns a ready Store.
@@ -109,7 +114,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema), onRet: cfg.OnRetention}, nil
+	return &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema),
+		onRet: cfg.OnRetention, onPurge: cfg.OnPurge}, nil
 }
 
 // Close waits for in-use connections to be returned and closes the pool.

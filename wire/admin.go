@@ -8,25 +8,50 @@ import (
 
 	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/reginatype"
 )
 
-// handleMetrics serves GET /metrics, the JSON summary Queen clients read.
+// handleMetrics serves GET /metrics, Queen's JSON summary with this
+// broker's figures: uptime in seconds; requests served since start and per
+// second over the last minute; messages queued by pushes and transactions
+// (duplicates excluded) since start and per second over the last minute;
+// the connection pool (waitingRequests is null: pgxpool does not count the
+// acquires waiting now; emptyAcquires counts those that had to wait, since
+// start); memory in bytes (external and arrayBuffers are JavaScript's and
+// null); CPU seconds used. Regina's own figures follow under their own keys.
 func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
 	st := s.metrics.Snapshot()
 	ps := &st.Pool
+	now := time.Now()
+	reqs, reqRate := s.stats.requests.read(now)
+	msgs, msgRate := s.stats.pushed.read(now)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	var rss any
+	if n, ok := readRSS(); ok {
+		rss = n
+	}
+	var cpu map[string]any
+	if user, sys, ok := cpuTimes(); ok {
+		cpu = map[string]any{"user": user.Seconds(), "system": sys.Seconds()}
+	} else {
+		cpu = map[string]any{"user": nil, "system": nil}
+	}
+	cpu["goroutines"] = runtime.NumGoroutine()
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
-		"uptime":   int64(time.Since(s.started).Seconds()),
-		"requests": map[string]any{"total": 0, "rate": 0},
-		"messages": map[string]any{"queued": st.Queued, "duplicates": st.Duplicates, "batches": st.Batches,
-			"mailboxFull": st.MailboxFull, "pushFailures": st.PushFailures},
+		"uptime":   int64(now.Sub(s.started).Seconds()),
+		"requests": map[string]any{"total": reqs, "rate": reqRate},
+		"messages": map[string]any{"total": msgs, "rate": msgRate, "queued": st.Queued,
+			"duplicates": st.Duplicates, "batches": st.Batches, "mailboxFull": st.MailboxFull,
+			"pushFailures": st.PushFailures},
 		"actors":       st.Actors,
 		"mailboxDepth": st.MailboxDepth,
-		"database":     map[string]any{"poolSize": ps.Total, "idleConnections": ps.Idle, "waitingRequests": 0},
-		"memory":       map[string]any{"heapAlloc": ms.HeapAlloc, "sys": ms.Sys},
-		"cpu":          map[string]any{"goroutines": runtime.NumGoroutine()},
-		"dedupCache":   dedupCacheMetrics(&st),
+		"database": map[string]any{"poolSize": ps.Total, "idleConnections": ps.Idle,
+			"activeConnections": ps.Acquired, "maxConnections": ps.Max, "waitingRequests": nil, "emptyAcquires": ps.EmptyAcquires},
+		"memory": map[string]any{"rss": rss, "heapTotal": ms.HeapSys, "heapUsed": ms.HeapAlloc,
+			"external": nil, "arrayBuffers": nil, "heapAlloc": ms.HeapAlloc, "sys": ms.Sys},
+		"cpu":        cpu,
+		"dedupCache": dedupCacheMetrics(&st),
 	})
 }
 
@@ -61,20 +86,26 @@ type messageCounts struct {
 	Total      int64 `json:"total"`
 	Pending    int64 `json:"pending"`
 	Processing int64 `json:"processing"`
+	Completed  int64 `json:"completed"`
 }
 
-// handleListQueues serves GET /api/v1/resources/queues.
+// handleListQueues serves GET /api/v1/resources/queues: every queue, by
+// name, with queue mode's counts (pending excludes the leased messages,
+// which are processing, as Queen counts it).
 func (s *Server) handleListQueues(ctx *fasthttp.RequestCtx) {
-	qs, err := s.b.Admin.ListQueues(ctx)
+	qs, now, err := s.b.Admin.QueueDetails(ctx, reginatype.QueueFilter{})
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
 	}
 	out := make([]queueView, 0, len(qs))
-	for _, q := range qs {
+	for i := range qs {
+		q := &qs[i]
+		t := aggregate(q, now).totals
 		out = append(out, queueView{ID: q.ID.String(), Name: q.Name, Namespace: q.Namespace, Task: q.Task,
-			CreatedAt: timeMillis(q.CreatedAt), Partitions: q.Partitions,
-			Messages: messageCounts{Total: q.Messages, Pending: q.Messages}, Options: q.Options})
+			CreatedAt: timeMillis(q.CreatedAt), Partitions: len(q.Partitions),
+			Messages: messageCounts{Total: t.Total, Pending: max(t.Pending-t.Processing, 0), Processing: t.Processing,
+				Completed: t.Completed}, Options: q.Options})
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"queues": out})
 }

@@ -36,15 +36,28 @@ type consumerView struct {
 }
 
 type partitionView struct {
-	ID            string                  `json:"id"`
-	Name          string                  `json:"name"`
-	CreatedAt     string                  `json:"createdAt"`
-	NextOffset    int64                   `json:"nextOffset"`
-	OldestOffset  int64                   `json:"oldestOffset"`
-	Stats         reginatype.MessageStats `json:"stats"`
+	ID           string                  `json:"id"`
+	Name         string                  `json:"name"`
+	CreatedAt    string                  `json:"createdAt"`
+	NextOffset   int64                   `json:"nextOffset"`
+	OldestOffset int64                   `json:"oldestOffset"`
+	Stats        reginatype.MessageStats `json:"stats"`
+	// Messages is Stats again (Queen's status view reads this name).
+	Messages      reginatype.MessageStats `json:"messages"`
+	Cursor        cursorTotals            `json:"cursor"`
+	LastActivity  *string                 `json:"lastActivity"`
 	OldestMessage *string                 `json:"oldestMessage"`
 	NewestMessage *string                 `json:"newestMessage"`
 	Consumers     []consumerView          `json:"consumers"`
+}
+
+// cursorTotals sums a partition's cursors: TotalConsumed is the messages
+// every group has consumed (its cursor offset: offsets start at 0 and have
+// no gaps, so retention does not lower it). Regina does not count batches:
+// BatchesConsumed is null.
+type cursorTotals struct {
+	TotalConsumed   int64 `json:"totalConsumed"`
+	BatchesConsumed *int  `json:"batchesConsumed"`
 }
 
 // groupView sums one consumer group over a queue's partitions (those it has
@@ -63,9 +76,13 @@ type queueDetailView struct {
 	Namespace          string                 `json:"namespace"`
 	Task               string                 `json:"task"`
 	CreatedAt          string                 `json:"createdAt"`
+	Priority           int                    `json:"priority"`
 	DedupWindowSeconds int                    `json:"dedupWindowSeconds"`
 	Options            partition.QueueOptions `json:"options"`
-	PartitionCount     int                    `json:"partitionCount"`
+	// Config is the part of the options Queen's status view reads
+	// (maxQueueSize is maxSize).
+	Config         map[string]any `json:"config"`
+	PartitionCount int            `json:"partitionCount"`
 	// Partitions is omitted by the status views (GET /api/v1/status/queues).
 	Partitions     *[]partitionView        `json:"partitions,omitempty"`
 	Totals         reginatype.MessageStats `json:"totals"`
@@ -105,9 +122,17 @@ func newPartitionView(p *reginatype.PartitionDetail, now time.Time) partitionVie
 	v := partitionView{ID: p.ID.String(), Name: p.Name, CreatedAt: timeMillis(p.CreatedAt), NextOffset: p.NextOffset,
 		OldestOffset: p.OldestOffset, Stats: p.Stats(), OldestMessage: timePtr(p.OldestAt),
 		NewestMessage: timePtr(p.NewestAt), Consumers: make([]consumerView, 0, len(p.Consumers))}
+	v.Messages = v.Stats
+	var last *time.Time
 	for i := range p.Consumers {
-		v.Consumers = append(v.Consumers, newConsumerView(p, &p.Consumers[i], now))
+		c := &p.Consumers[i]
+		v.Consumers = append(v.Consumers, newConsumerView(p, c, now))
+		v.Cursor.TotalConsumed += min(c.Cursor, p.NextOffset)
+		if last == nil || c.UpdatedAt.After(*last) {
+			last = &c.UpdatedAt
+		}
 	}
+	v.LastActivity = timePtr(last)
 	return v
 }
 
@@ -155,9 +180,14 @@ func aggregate(q *reginatype.QueueDetail, now time.Time) queueAgg {
 func newQueueDetailView(q *reginatype.QueueDetail, now time.Time, withPartitions bool) queueDetailView {
 	a := aggregate(q, now)
 	v := queueDetailView{ID: q.ID.String(), Name: q.Name, Namespace: q.Namespace, Task: q.Task,
-		CreatedAt: timeMillis(q.CreatedAt), DedupWindowSeconds: q.Options.DedupWindowSeconds, Options: q.Options,
+		CreatedAt: timeMillis(q.CreatedAt), Priority: q.Options.Priority,
+		DedupWindowSeconds: q.Options.DedupWindowSeconds, Options: q.Options,
+		Config: map[string]any{"leaseTime": q.Options.LeaseTime, "retryLimit": q.Options.RetryLimit,
+			"retryDelay": q.Options.RetryDelay, "ttl": q.Options.TTL, "maxQueueSize": q.Options.MaxSize,
+			"deadLetterQueue": q.Options.DeadLetterQueue},
 		PartitionCount: len(q.Partitions), Totals: a.totals,
-		Messages:       messageCounts{Total: a.totals.Total, Pending: a.totals.Pending, Processing: a.totals.Processing},
+		Messages: messageCounts{Total: a.totals.Total, Pending: a.totals.Pending, Processing: a.totals.Processing,
+			Completed: a.totals.Completed},
 		ConsumerGroups: a.groups, OldestMessage: timePtr(a.oldest), NewestMessage: timePtr(a.newest)}
 	if withPartitions {
 		parts := make([]partitionView, 0, len(q.Partitions))
@@ -203,7 +233,10 @@ func (s *Server) handleStatusQueue(ctx *fasthttp.RequestCtx, name string) {
 	v := newQueueDetailView(q, now, true)
 	parts := v.Partitions
 	v.Partitions = nil
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"queue": v, "partitions": parts, "totals": v.Totals,
+	t := v.Totals
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"queue": v, "partitions": parts,
+		"totals": map[string]any{"messages": t, "total": t.Total, "pending": t.Pending, "processing": t.Processing,
+			"completed": t.Completed, "failed": t.Failed, "deadLetter": t.DeadLetter},
 		"timestamp": timeMillis(now)})
 }
 
@@ -259,7 +292,46 @@ func (s *Server) handleOverview(ctx *fasthttp.RequestCtx) {
 		s.writeCoreError(ctx, err)
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, summarize(qs, now))
+	// Throughput and delivery lag over the last 5 minutes, from the
+	// counters.
+	const span = 5 * time.Minute
+	pts, ok := s.series(ctx, reginatype.StatsQuery{From: now.Add(-span), To: now.Add(time.Minute)})
+	if !ok {
+		return
+	}
+	var c reginatype.StatCounters
+	for i := range pts {
+		c.Add(&pts[i].StatCounters)
+	}
+	o := summarize(qs, now)
+	m := o.Messages
+	m.Pending = max(m.Pending-m.Processing, 0)
+	var lagAvg, lagMax any
+	if c.LagCount > 0 {
+		lagAvg = round2(float64(c.LagSumMs) / float64(c.LagCount) / 1000)
+		lagMax = round2(float64(c.LagMaxMs) / 1000)
+	}
+	var offSum, offMax int64
+	for i := range qs {
+		t := aggregate(&qs[i], now).totals
+		offSum += t.Pending
+		offMax = max(offMax, t.Pending)
+	}
+	var offAvg any
+	if len(qs) > 0 {
+		offAvg = round2(float64(offSum) / float64(len(qs)))
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
+		"queues": o.Queues, "partitions": o.Partitions, "namespaces": o.Namespaces, "tasks": o.Tasks,
+		"consumerGroups": o.ConsumerGroups, "messages": m, "timestamp": o.Timestamp,
+		"throughput": map[string]any{
+			"ingestedPerSecond":  round2(float64(c.PushMessages) / span.Seconds()),
+			"processedPerSecond": round2(float64(c.AckSuccess+c.AckFailed) / span.Seconds())},
+		"lag": map[string]any{
+			"time":   map[string]any{"avg": lagAvg, "max": lagMax, "median": nil, "min": nil},
+			"offset": map[string]any{"avg": offAvg, "max": offMax, "median": nil, "min": nil}},
+		"statsAge": s.stats.age(time.Now()),
+	})
 }
 
 type groupingView struct {
@@ -327,30 +399,6 @@ func (s *Server) handleTasks(ctx *fasthttp.RequestCtx) {
 		"tasks": grouped(qs, func(q *reginatype.QueueDetail) string { return q.Task }, true)})
 }
 
-// handleStatus serves GET /api/v1/status (queue, namespace/ns, task filter
-// the counts): the database, the broker's runtime counters and the overview.
-func (s *Server) handleStatus(ctx *fasthttp.RequestCtx) {
-	qs, now, err := s.b.Admin.QueueDetails(ctx, queueFilter(ctx.QueryArgs()))
-	if err != nil {
-		s.writeCoreError(ctx, err)
-		return
-	}
-	st := s.metrics.Snapshot()
-	ps := &st.Pool
-	o := summarize(qs, now)
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
-		"timestamp": o.Timestamp, "uptimeSeconds": int64(time.Since(s.started).Seconds()),
-		"server": "Regina", "version": Version,
-		"database": map[string]any{"status": "connected",
-			"pool": map[string]any{"total": ps.Total, "idle": ps.Idle, "acquired": ps.Acquired, "max": ps.Max}},
-		"broker": map[string]any{"actors": st.Actors, "mailboxDepth": st.MailboxDepth, "batches": st.Batches,
-			"queued": st.Queued, "duplicates": st.Duplicates, "mailboxFull": st.MailboxFull,
-			"pushFailures": st.PushFailures},
-		"queues": o.Queues, "partitions": o.Partitions, "namespaces": o.Namespaces, "tasks": o.Tasks,
-		"consumerGroups": o.ConsumerGroups, "messages": o.Messages,
-	})
-}
-
 // handleStatusQueues serves GET /api/v1/status/queues (queue, namespace/ns,
 // task, limit (100), offset): one summary per queue, by name.
 func (s *Server) handleStatusQueues(ctx *fasthttp.RequestCtx) {
@@ -387,6 +435,99 @@ type messageView struct {
 	Data          json.RawMessage `json:"data"`
 	ProducerSub   *string         `json:"producerSub"`
 	CreatedAt     string          `json:"createdAt"`
+	// Mode and BusStatus describe the consumer groups with a cursor on the
+	// message's partition (nil when the partition has gone).
+	Mode      *modeView      `json:"mode,omitempty"`
+	BusStatus *busStatusView `json:"busStatus,omitempty"`
+}
+
+// modeView is how a message's partition is consumed: HasQueueMode when
+// queue mode has a cursor there, BusGroupsCount the named groups with one,
+// ConsumedByGroups those whose cursor is past the message; Type is queue,
+// bus, hybrid or none.
+type modeView struct {
+	HasQueueMode     bool   `json:"hasQueueMode"`
+	BusGroupsCount   int    `json:"busGroupsCount"`
+	ConsumedByGroups int    `json:"consumedByGroups"`
+	Type             string `json:"type"`
+}
+
+// busStatusView counts the named groups past a message (ConsumedBy) among
+// those with a cursor on its partition (TotalGroups).
+type busStatusView struct {
+	ConsumedBy  int `json:"consumedBy"`
+	TotalGroups int `json:"totalGroups"`
+}
+
+type messageGroupView struct {
+	Name           string  `json:"name"`
+	Consumed       bool    `json:"consumed"`
+	LeaseExpiresAt *string `json:"leaseExpiresAt"`
+}
+
+// groupsOf describes the cursors of p relative to the message at offset.
+func groupsOf(p *reginatype.PartitionDetail, offset int64) (modeView, busStatusView, []messageGroupView) {
+	var m modeView
+	var b busStatusView
+	gs := make([]messageGroupView, 0, len(p.Consumers))
+	for i := range p.Consumers {
+		c := &p.Consumers[i]
+		consumed := offset < c.Cursor
+		g := messageGroupView{Name: c.Group, Consumed: consumed}
+		if c.LeaseLive {
+			g.LeaseExpiresAt = timePtr(c.LeaseExpiresAt)
+		}
+		gs = append(gs, g)
+		if c.Group == reginatype.QueueModeGroup {
+			m.HasQueueMode = true
+			continue
+		}
+		m.BusGroupsCount++
+		b.TotalGroups++
+		if consumed {
+			m.ConsumedByGroups++
+			b.ConsumedBy++
+		}
+	}
+	switch {
+	case m.HasQueueMode && m.BusGroupsCount > 0:
+		m.Type = "hybrid"
+	case m.HasQueueMode:
+		m.Type = "queue"
+	case m.BusGroupsCount > 0:
+		m.Type = "bus"
+	default:
+		m.Type = "none"
+	}
+	return m, b, gs
+}
+
+// partitionsOf reads the partitions (with their cursors) of the queues
+// named, by partition id.
+func (s *Server) partitionsOf(ctx *fasthttp.RequestCtx, queues []string) (
+	map[partition.UUID]*reginatype.PartitionDetail, *reginatype.QueueDetail, error) {
+	out := map[partition.UUID]*reginatype.PartitionDetail{}
+	var first *reginatype.QueueDetail
+	seen := map[string]bool{}
+	for _, name := range queues {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		qs, _, err := s.b.Admin.QueueDetails(ctx, reginatype.QueueFilter{Name: name})
+		if err != nil {
+			return nil, nil, err
+		}
+		for i := range qs {
+			if first == nil {
+				first = &qs[i]
+			}
+			for j := range qs[i].Partitions {
+				out[qs[i].Partitions[j].ID] = &qs[i].Partitions[j]
+			}
+		}
+	}
+	return out, first, nil
 }
 
 func newMessageView(m *reginatype.StoredMessage) messageView {
@@ -424,9 +565,22 @@ func (s *Server) handleListMessages(ctx *fasthttp.RequestCtx) {
 		s.writeCoreError(ctx, err)
 		return
 	}
+	names := make([]string, len(list))
+	for i := range list {
+		names[i] = list[i].Queue
+	}
+	parts, _, err := s.partitionsOf(ctx, names)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
 	out := make([]messageView, len(list))
 	for i := range list {
 		out[i] = newMessageView(&list[i])
+		if p := parts[list[i].PartitionID]; p != nil {
+			m, b, _ := groupsOf(p, list[i].Offset)
+			out[i].Mode, out[i].BusStatus = &m, &b
+		}
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"messages": out, "total": total,
 		"pagination": map[string]any{"limit": f.Limit, "offset": f.Offset, "total": total}})
@@ -448,5 +602,47 @@ func (s *Server) handleGetMessage(ctx *fasthttp.RequestCtx, partitionID, txID st
 		writeError(ctx, fasthttp.StatusNotFound, "Message not found")
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, newMessageView(&m))
+	errMsg, retries, dead, err := s.b.Admin.DeadLetterOf(ctx, pid, m.Offset)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	parts, q, err := s.partitionsOf(ctx, []string{m.Queue})
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	v := messageDetailView{messageView: newMessageView(&m), ErrorMessage: nil, ConsumerGroups: []messageGroupView{}}
+	v.Payload = v.Data
+	if dead {
+		v.Status = "dead_letter"
+		v.ErrorMessage, v.RetryCount = &errMsg, &retries
+	}
+	if p := parts[pid]; p != nil {
+		mv, b, gs := groupsOf(p, m.Offset)
+		v.Mode, v.BusStatus, v.ConsumerGroups = &mv, &b, gs
+		if c := p.Consumer(reginatype.QueueModeGroup); c != nil && c.LeaseLive {
+			v.LeaseExpiresAt = timePtr(c.LeaseExpiresAt)
+		}
+	}
+	if q != nil {
+		o := q.Options
+		v.QueueConfig = map[string]any{"leaseTime": o.LeaseTime, "retryLimit": o.RetryLimit,
+			"retryDelay": o.RetryDelay, "ttl": o.TTL, "priority": o.Priority}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, v)
+}
+
+// messageDetailView is one message as GET /api/v1/messages/:p/:t answers
+// it: the list's fields, the payload again under Queen's name, its dead
+// letter (status dead_letter, errorMessage, retryCount; null otherwise),
+// queue mode's live lease, the queue's options and every group's cursor.
+type messageDetailView struct {
+	messageView
+	Payload        json.RawMessage    `json:"payload"`
+	ErrorMessage   *string            `json:"errorMessage"`
+	RetryCount     *int               `json:"retryCount"`
+	LeaseExpiresAt *string            `json:"leaseExpiresAt"`
+	QueueConfig    map[string]any     `json:"queueConfig"`
+	ConsumerGroups []messageGroupView `json:"consumerGroups"`
 }

@@ -57,6 +57,10 @@ type Admin interface {
 	ListMessages(ctx context.Context, f reginatype.MessageFilter) ([]reginatype.StoredMessage, int64, error)
 	GetMessage(ctx context.Context, partitionID partition.UUID, txID string) (reginatype.StoredMessage, bool, error)
 	ListDLQ(ctx context.Context, f reginatype.DLQFilter) ([]reginatype.DeadLetter, int64, error)
+	// DeadLetterOf returns the error and retry count of a dead letter of
+	// the message at offset (the first group's); found is false when none.
+	DeadLetterOf(ctx context.Context, partitionID partition.UUID, offset int64) (errMsg string, retries int,
+		found bool, err error)
 	Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]reginatype.ExplainResult, error)
 }
 
@@ -96,6 +100,24 @@ type Cycler interface {
 	StreamCycle(ctx context.Context, c reginatype.StreamCycle) (reginatype.CycleResult, error)
 }
 
+// StatsStore keeps the per-minute counters and process samples and answers
+// the summaries of the status and analytics views (see sqlstore.Store's
+// methods of the same names).
+type StatsStore interface {
+	RecordStats(ctx context.Context, instance string, rows []reginatype.MinuteStats,
+		sys []reginatype.SystemMinute) error
+	PurgeStats(ctx context.Context, before time.Time) error
+	StatsSeries(ctx context.Context, q reginatype.StatsQuery) ([]reginatype.StatsPoint, error)
+	SystemSamples(ctx context.Context, from, to time.Time) ([]reginatype.SystemMinute, error)
+	PartitionsCreated(ctx context.Context, from, to time.Time, bucket time.Duration,
+		queue string) ([]reginatype.BucketCount, error)
+	Leases(ctx context.Context) (reginatype.LeaseSummary, error)
+	TopDLQErrors(ctx context.Context, from, to time.Time, limit int) ([]reginatype.ErrorCount, error)
+	// PostgresStats is a snapshot of the database's own statistics for the
+	// broker's schema (GET /api/v1/analytics/postgres-stats).
+	PostgresStats(ctx context.Context) (map[string]any, error)
+}
+
 // Pinger checks the database.
 type Pinger interface {
 	Ping(ctx context.Context) error
@@ -120,6 +142,7 @@ type Backend struct {
 	Traces       Tracer
 	Streams      Streams
 	Cycler       Cycler
+	Stats        StatsStore
 	Pinger       Pinger
 	Readiness    Readiness
 }
@@ -134,7 +157,7 @@ func (b *Backend) mustBeComplete() {
 		{"Transactor", b.Transactor == nil}, {"Replayer", b.Replayer == nil},
 		{"QueueDeleter", b.QueueDeleter == nil}, {"Admin", b.Admin == nil}, {"Groups", b.Groups == nil},
 		{"Traces", b.Traces == nil}, {"Streams", b.Streams == nil}, {"Cycler", b.Cycler == nil},
-		{"Pinger", b.Pinger == nil}, {"Readiness", b.Readiness == nil},
+		{"Stats", b.Stats == nil}, {"Pinger", b.Pinger == nil}, {"Readiness", b.Readiness == nil},
 	} {
 		if f.nil {
 			panic("wire.New: Backend." + f.name + " is nil")

@@ -15,6 +15,7 @@ type nilBackend struct {
 	Tracer
 	Streams
 	Cycler
+	StatsStore
 	Pinger
 	readiness
 }
@@ -27,5 +28,5 @@ type readiness = Readiness
 func newNilBackend() Backend {
 	n := nilBackend{}
 	return Backend{Pusher: n, Popper: n, Acker: n, Transactor: n, Replayer: n, QueueDeleter: n, Admin: n,
-		Groups: n, Traces: n, Streams: n, Cycler: n, Pinger: n, Readiness: n}
+		Groups: n, Traces: n, Streams: n, Cycler: n, Stats: n, Pinger: n, Readiness: n}
 }

@@ -115,11 +115,18 @@ func (s *Server) handlePop(ctx *fasthttp.RequestCtx, queue, part string) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
+	if p.Wait > 0 {
+		s.stats.parkedDelta(queue, 1)
+	}
 	res, err := s.b.Popper.Pop(ctx, p.Req, p.Wait)
+	if p.Wait > 0 {
+		s.stats.parkedDelta(queue, -1)
+	}
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
 	}
+	s.countPop(queue, &res)
 	if len(res.Messages) == 0 {
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 		return
@@ -347,6 +354,7 @@ func (s *Server) ack(ctx *fasthttp.RequestCtx, group string, items []reginatype.
 		return
 	}
 	s.countUnresolvable(res)
+	s.countAcks(res)
 	out := make([]ackResultView, len(items))
 	for i, r := range res {
 		v := ackResultView{Index: i, TransactionID: items[i].TransactionID, Success: r.Success,

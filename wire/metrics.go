@@ -14,6 +14,7 @@ import (
 // label (the route's pattern, never the raw path), method and status.
 func (s *Server) instrumented(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
+	s.countRequest()
 	s.handleRecovering(ctx)
 	s.metrics.ObserveHTTP(routeLabel(requestPath(ctx)), methodLabel(ctx.Method()), ctx.Response.StatusCode(),
 		time.Since(start))

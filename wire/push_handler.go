@@ -29,6 +29,7 @@ func (s *Server) handlePush(ctx *fasthttp.RequestCtx) {
 	// shutdown must answer every push already waiting with its verdict (the
 	// actors drain their mailboxes): the wait must not end with it.
 	s.b.Pusher.Push(context.WithoutCancel(ctx), groups)
+	s.countPush(groups)
 
 	var failed error
 	ok := 0

@@ -87,7 +87,7 @@ var routes = []*Route{
 		Doc:    "readiness: 200 when the database answers on a read-write session, the schema is migrated and no mailbox is full; else 503",
 		handle: h0((*Server).handleReady)},
 	{Method: "GET", Pattern: "/metrics", Role: RolePublic,
-		Doc:    "JSON summary of the broker (actors, mailboxes, verdicts, pool, memory, dedup cache)",
+		Doc:    "JSON summary: requests, messages, pool, memory, CPU, actors, dedup cache of this broker",
 		handle: h0((*Server).handleMetrics)},
 	{Method: "GET", Pattern: "/metrics/prometheus", Role: RolePublic, Doc: "Prometheus text format",
 		handle: h0((*Server).handlePrometheus)},
@@ -127,6 +127,9 @@ var routes = []*Route{
 		Doc: "one stored message", handle: h2((*Server).handleGetMessage)},
 	{Method: "POST", Pattern: "/api/v1/messages/:partitionId/:transactionId/retry", Role: RoleReadWrite,
 		Doc: "replay a dead letter into its partition", handle: h2((*Server).handleRetryMessage)},
+	{Method: "POST", Pattern: "/api/v1/messages/:partitionId/:transactionId/dlq", Role: RoleReadWrite,
+		Doc:    "501: moving a stored message to the DLQ by hand is not supported (ack it with `status: dlq`)",
+		handle: notSupported("Moving a message to the dead-letter queue by hand is not supported; ack it with status \"dlq\"")},
 	{Method: "GET", Pattern: "/api/v1/dlq", Role: RoleReadOnly, Doc: "list dead letters, newest first",
 		handle: h0((*Server).handleDLQ)},
 	{Method: "GET", Pattern: "/api/v1/consumer-groups", Role: RoleReadOnly,
@@ -154,12 +157,50 @@ var routes = []*Route{
 		}},
 	{Method: "POST", Pattern: "/api/v1/consumer-groups/:group/subscription", Role: RoleReadWrite,
 		Doc: "move a group's start point", handle: h1((*Server).handleSetSubscription)},
-	{Method: "GET", Pattern: "/api/v1/status", Role: RoleReadOnly, Doc: "broker, database and message counts",
+	{Method: "GET", Pattern: "/api/v1/status", Role: RoleReadOnly,
+		Doc:    "throughput series, message counts, leases, dead letters and brokers (`from`, `to`, `queue`, `namespace`, `task`)",
 		handle: h0((*Server).handleStatus)},
 	{Method: "GET", Pattern: "/api/v1/status/queues", Role: RoleReadOnly, Doc: "per-queue status, paginated",
 		handle: h0((*Server).handleStatusQueues)},
 	{Method: "GET", Pattern: "/api/v1/status/queues/:queue", Role: RoleReadOnly,
 		Doc: "one queue's status with its partitions", handle: h1((*Server).handleStatusQueue)},
+	{Method: "GET", Pattern: "/api/v1/status/queues/:queue/messages", Role: RoleReadOnly,
+		Doc: "a queue's stored messages, newest first (bare array)", handle: h1((*Server).handleQueueMessages)},
+	{Method: "GET", Pattern: "/api/v1/status/analytics", Role: RoleReadOnly,
+		Doc: "messages pushed per minute, hour or day, zero-filled", handle: h0((*Server).handleStatusAnalytics)},
+	{Method: "GET", Pattern: "/api/v1/status/buffers", Role: RoleReadOnly,
+		Doc:    "Queen's disk push buffer: always empty (Regina has none) and the database's health",
+		handle: h0((*Server).handleBuffers)},
+	{Method: "POST", Pattern: "/api/v1/stats/refresh", Role: RoleAdmin,
+		Doc: "no-op: Regina computes statistics on every read", handle: h0((*Server).handleStatsRefresh)},
+	{Method: "GET", Pattern: "/api/v1/analytics/queue-ops", Role: RoleReadOnly,
+		Doc:    "per queue and bucket: pushes, pops, acks, empty pops, lag, partitions created, waiting long polls",
+		handle: h0((*Server).handleQueueOps)},
+	{Method: "GET", Pattern: "/api/v1/analytics/queue-lag", Role: RoleReadOnly,
+		Doc: "delivery lag per queue and minute (bare array, newest first)", handle: h0((*Server).handleQueueLag)},
+	{Method: "GET", Pattern: "/api/v1/analytics/worker-metrics", Role: RoleReadOnly,
+		Doc:    "broker-wide series, the brokers of the last 5 minutes, lag per queue",
+		handle: h0((*Server).handleWorkerMetrics)},
+	{Method: "GET", Pattern: "/api/v1/analytics/retention", Role: RoleReadOnly,
+		Doc:    "messages deleted by retention, completed retention and eviction, per bucket",
+		handle: h0((*Server).handleRetentionAnalytics)},
+	{Method: "GET", Pattern: "/api/v1/analytics/queue-parked-replicas", Role: RoleReadOnly,
+		Doc: "waiting long polls per queue, broker and bucket", handle: h0((*Server).handleParkedReplicas)},
+	{Method: "GET", Pattern: "/api/v1/analytics/system-metrics", Role: RoleReadOnly,
+		Doc: "CPU, memory, pool and pipeline samples per broker and bucket", handle: h0((*Server).handleSystemMetrics)},
+	{Method: "GET", Pattern: "/api/v1/analytics/postgres-stats", Role: RoleReadOnly,
+		Doc:    "PostgreSQL statistics for the broker's schema: cache, vacuum, sizes, running queries",
+		handle: h0((*Server).handlePostgresStats)},
+	{Method: "GET", Pattern: "/api/v1/migration/status", Role: RoleAdmin,
+		Doc: "Queen's database copy: always idle (not supported)", handle: h0((*Server).handleMigrationStatus)},
+	{Method: "POST", Pattern: "/api/v1/migration/test-connection", Role: RoleAdmin,
+		Doc: "501: Regina does not copy databases", handle: notSupported("migration is not supported")},
+	{Method: "POST", Pattern: "/api/v1/migration/start", Role: RoleAdmin,
+		Doc: "501: Regina does not copy databases", handle: notSupported("migration is not supported")},
+	{Method: "POST", Pattern: "/api/v1/migration/validate", Role: RoleAdmin,
+		Doc: "501: Regina does not copy databases", handle: notSupported("migration is not supported")},
+	{Method: "POST", Pattern: "/api/v1/migration/reset", Role: RoleAdmin,
+		Doc: "501: Regina does not copy databases", handle: notSupported("migration is not supported")},
 	{Method: "POST", Pattern: "/api/v1/traces", Role: RoleReadWrite,
 		Doc: "record a trace event on a stored message", handle: h0((*Server).handleAddTrace)},
 	// by-name before :partitionId/:transactionId: the literal segment wins.
@@ -286,6 +327,14 @@ func routeLabel(path string) string {
 		return cs[0].Label()
 	}
 	return "other"
+}
+
+// WriteRoutesList writes the route table as the README's list: one line per
+// route, method, path and what it does.
+func WriteRoutesList(w io.Writer) {
+	for _, r := range routes {
+		fmt.Fprintf(w, "- `%s %s`: %s\n", r.Method, r.Pattern, r.Doc)
+	}
 }
 
 // WriteRoutesMarkdown writes the route table as the Markdown table of

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -15,7 +16,7 @@ import (
 
 // update rewrites the route list in docs/api.md from the table:
 // go test ./wire -run TestRoutesDoc -update (or go generate ./wire).
-var update = flag.Bool("update", false, "rewrite the generated route list in docs/api.md")
+var update = flag.Bool("update", false, "rewrite the generated route lists in docs/api.md and README.md")
 
 // concrete fills a pattern's parameters with names derived from them.
 func concrete(pattern string) (path string, params []string) {
@@ -136,23 +137,28 @@ const (
 	routesEnd   = "<!-- routes:end -->"
 )
 
-// The route list in docs/api.md is generated from the table.
+// The route lists in docs/api.md (a table) and the README (one line per
+// route) are generated from the table.
 func TestRoutesDoc(t *testing.T) {
 	t.Parallel()
-	const file = "../docs/api.md"
-	doc, err := os.ReadFile(file)
-	require.NoError(t, err)
-	i := bytes.Index(doc, []byte(routesBegin))
-	j := bytes.Index(doc, []byte(routesEnd))
-	require.True(t, i >= 0 && j > i, "%s must hold the markers %q and %q", file, routesBegin, routesEnd)
-	var want bytes.Buffer
-	WriteRoutesMarkdown(&want)
-	got := doc[i+len(routesBegin) : j]
-	if *update {
-		out := append(append(append([]byte{}, doc[:i+len(routesBegin)]...), want.Bytes()...), doc[j:]...)
-		require.NoError(t, os.WriteFile(file, out, 0o644))
-		return
+	for file, write := range map[string]func(io.Writer){
+		"../docs/api.md": WriteRoutesMarkdown,
+		"../README.md":   WriteRoutesList,
+	} {
+		doc, err := os.ReadFile(file)
+		require.NoError(t, err)
+		i := bytes.Index(doc, []byte(routesBegin))
+		j := bytes.Index(doc, []byte(routesEnd))
+		require.True(t, i >= 0 && j > i, "%s must hold the markers %q and %q", file, routesBegin, routesEnd)
+		var want bytes.Buffer
+		write(&want)
+		got := doc[i+len(routesBegin) : j]
+		if *update {
+			out := append(append(append([]byte{}, doc[:i+len(routesBegin)]...), want.Bytes()...), doc[j:]...)
+			require.NoError(t, os.WriteFile(file, out, 0o644))
+			continue
+		}
+		require.Equal(t, want.String(), string(got),
+			"the route list in %s is out of date: run go generate ./wire", file)
 	}
-	require.Equal(t, want.String(), string(got),
-		"the route list in %s is out of date: run go generate ./wire", file)
 }

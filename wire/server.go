@@ -71,6 +71,8 @@ type Server struct {
 	ready atomic.Bool
 	// startErr is the last reason the backend is not there yet (SetStartError).
 	startErr atomic.Pointer[string]
+	// stats counts what this broker serves (see stats.go).
+	stats *statsAcc
 }
 
 // New returns a server calling b. It panics when a field of b is nil (a
@@ -106,7 +108,7 @@ func NewStarting(cfg Config) *Server {
 		cfg.Metrics = metrics.New(metrics.Config{})
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now(),
-		metrics: cfg.Metrics, instance: cfg.Instance}
+		metrics: cfg.Metrics, instance: cfg.Instance, stats: newStatsAcc()}
 	s.srv = &fasthttp.Server{
 		Handler:                       s.instrumented,
 		Name:                          "regina",
@@ -281,6 +283,7 @@ func (s *Server) writeCoreError(ctx *fasthttp.RequestCtx, err error) {
 	status, msg := errorStatus(err)
 	if status >= 500 {
 		ctx.Response.Header.Set("Retry-After", "1")
+		s.countDBError()
 	}
 	b := make([]byte, 0, len(msg)+48)
 	b = append(b, `{"error":`...)

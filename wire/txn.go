@@ -186,6 +186,7 @@ func (s *Server) handleTransaction(ctx *fasthttp.RequestCtx) {
 		s.writeCoreError(ctx, err)
 		return
 	}
+	s.countTransaction(&res)
 	out := make([]txnResultView, req.Ops)
 	txIDs := make(map[int]string, len(req.Pushes))
 	for _, p := range req.Pushes {

@@ -152,7 +152,8 @@ func TestAdminViews(t *testing.T) {
 		require.Equal(t, statsView{Total: 1, Completed: 1, Failed: 1, DeadLetter: 1}, pb.Stats)
 
 		require.Equal(t, statsView{Total: 4, Pending: 2, Processing: 1, Completed: 2, Failed: 1, DeadLetter: 1}, v.Totals)
-		require.Equal(t, statsView{Total: 4, Pending: 2, Processing: 1}, v.Messages, "the short form of the list view")
+		require.Equal(t, statsView{Total: 4, Pending: 2, Processing: 1, Completed: 2}, v.Messages,
+			"the short form of the list view")
 		require.Equal(t, []string{"__QUEUE_MODE__", "audit"}, []string{v.ConsumerGroups[0].ConsumerGroup, v.ConsumerGroups[1].ConsumerGroup})
 		require.Equal(t, 2, v.ConsumerGroups[0].Partitions)
 		require.EqualValues(t, 2, v.ConsumerGroups[0].Pending)
@@ -176,7 +177,9 @@ func TestAdminViews(t *testing.T) {
 		require.Equal(t, 2, o.Namespaces)
 		require.Equal(t, 2, o.Tasks)
 		require.Equal(t, 2, o.ConsumerGroups)
-		require.Equal(t, statsView{Total: 5, Pending: 3, Processing: 1, Completed: 2, Failed: 1, DeadLetter: 1}, o.Messages)
+		// Pending leaves the leased (processing) messages out, as Queen's
+		// overview does.
+		require.Equal(t, statsView{Total: 5, Pending: 2, Processing: 1, Completed: 2, Failed: 1, DeadLetter: 1}, o.Messages)
 		require.NotEmpty(t, o.Timestamp)
 
 		type grouping struct {
@@ -270,7 +273,7 @@ func TestAdminViews(t *testing.T) {
 	t.Run("status views", func(t *testing.T) {
 		var s struct {
 			Server   string `json:"server"`
-			Queues   int    `json:"queues"`
+			Queues   int    `json:"queueCount"`
 			Database struct {
 				Status string `json:"status"`
 				Pool   struct {

@@ -35,6 +35,14 @@ type Config struct {
 	RetentionInterval  time.Duration
 	RetentionBatchSize int
 
+	// MetricsSampleInterval is the process sampling period of the
+	// analytics; MetricsAggregateSeconds how often the counters are written
+	// (one row per minute, broker and queue); MetricsRetentionDays how long
+	// the rows are kept.
+	MetricsSampleInterval   time.Duration
+	MetricsAggregateSeconds int
+	MetricsRetentionDays    int
+
 	// DedupCache switches the in-window hash cache on (false: off).
 	DedupCache   bool
 	DedupCacheMB int
@@ -72,6 +80,8 @@ type Config struct {
 	// cache's budget: tests use it for budgets below 1 MiB.
 	dedupCacheBytes int64
 
+	// statsFlush, when > 0, replaces MetricsAggregateSeconds (tests).
+	statsFlush time.Duration
 	// beforeBatch is a test hook passed to actor.Config.BeforeBatch.
 	beforeBatch func(queue, partition string, items int)
 
@@ -123,6 +133,15 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.RetentionInterval }},
 	{env: "RETENTION_BATCH_SIZE", flag: "retention-batch-size", def: "1000", help: "rows deleted per retention step",
 		min: 1, field: func(c *Config) any { return &c.RetentionBatchSize }},
+	{env: "METRICS_SAMPLE_INTERVAL_MS", flag: "metrics-sample-interval", def: "1000",
+		help: "ms between process samples (CPU, memory, pool) for the analytics", min: 100,
+		field: func(c *Config) any { return &c.MetricsSampleInterval }},
+	{env: "METRICS_AGGREGATE_INTERVAL_S", flag: "metrics-aggregate-interval", def: "60",
+		help: "seconds between writes of the status and analytics counters", min: 1,
+		field: func(c *Config) any { return &c.MetricsAggregateSeconds }},
+	{env: "METRICS_RETENTION_DAYS", flag: "metrics-retention-days", def: "90",
+		help: "days the status and analytics counters are kept", min: 1,
+		field: func(c *Config) any { return &c.MetricsRetentionDays }},
 	{env: "QUEEN_DEDUP_CACHE", flag: "dedup-cache", def: "true", help: "in-window hash cache on or off",
 		zeroIsValue: true, field: func(c *Config) any { return &c.DedupCache }},
 	{env: "QUEEN_DEDUP_CACHE_MB", flag: "dedup-cache-mb", def: "512", help: "hash cache memory budget in MiB", min: 1,

@@ -154,7 +154,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	linked := reg.Link(store)
 	srv.Start(wire.Backend{
 		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
-		Acker: store, Admin: store, Groups: store, Traces: store, Pinger: store,
+		Acker: store, Admin: store, Groups: store, Traces: store, Stats: store, Pinger: store,
 		Streams: store, Cycler: linked, Readiness: readiness{store: store, reg: reg},
 	})
 
@@ -174,6 +174,20 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	go func() {
 		defer close(retDone)
 		store.RunRetention(retCtx, cfg.RetentionInterval, cfg.RetentionBatchSize)
+	}()
+
+	// The status and analytics counters: written about once a minute and
+	// once more at shutdown, before the pool closes.
+	statsCtx, stopStats := context.WithCancel(context.Background())
+	statsDone := make(chan struct{})
+	statsFlush := time.Duration(cfg.MetricsAggregateSeconds) * time.Second
+	if cfg.statsFlush > 0 {
+		statsFlush = cfg.statsFlush
+	}
+	go func() {
+		defer close(statsDone)
+		srv.RunStats(statsCtx, wire.StatsConfig{SampleInterval: cfg.MetricsSampleInterval,
+			FlushInterval: statsFlush, RetentionDays: cfg.MetricsRetentionDays})
 	}()
 
 	log.Info().Str("addr", ln.Addr().String()).Str("schema", cfg.Schema).
@@ -204,6 +218,8 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}
 	stopRetention()
 	<-retDone
+	stopStats()
+	<-statsDone
 	log.Info().Msg("regina stopped")
 	return runErr
 }
@@ -232,6 +248,8 @@ func openStore(ctx context.Context, cfg Config, log zerolog.Logger, met *brokerm
 		store, err := sqlstore.Open(actx, sqlstore.Config{
 			URL: cfg.DatabaseURL, Schema: cfg.Schema, MaxConns: int32(cfg.PoolSize),
 			StatementTimeout: cfg.StatementTimeout, Logger: log.With().Str("component", "sqlstore").Logger(),
+			// What retention deletes, for the analytics' retention view.
+			OnPurge: srv.CountRetention,
 			OnRetention: func(st sqlstore.RetentionStats, err error) {
 				met.ObserveRetention(st.LogTxns, st.Segments, err != nil && !errors.Is(err, context.Canceled))
 			},
