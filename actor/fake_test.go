@@ -28,7 +28,11 @@ type fakeStore struct {
 	// epoch is what Epoch reports; tests move it on to act a failover.
 	epoch atomic.Uint64
 
+	// check is every queue's dedupPayloadCheck ("" is off).
+	check partition.PayloadCheck
+
 	mu      sync.Mutex
+	fps     map[partition.Hash]int64 // payload fingerprints stored (all partitions)
 	refs    map[string]reginatype.PartitionRef
 	ensures int
 	ids     map[partition.UUID]map[partition.Hash]partition.UUID
@@ -46,7 +50,7 @@ type storedBatch struct {
 func (f *fakeStore) Epoch() uint64 { return f.epoch.Load() }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{refs: map[string]reginatype.PartitionRef{},
+	return &fakeStore{refs: map[string]reginatype.PartitionRef{}, fps: map[partition.Hash]int64{},
 		ids: map[partition.UUID]map[partition.Hash]partition.UUID{}, next: map[partition.UUID]int64{}}
 }
 
@@ -59,7 +63,8 @@ func (f *fakeStore) EnsurePartition(_ context.Context, queue, part string) (regi
 	f.ensures++
 	ref, ok := f.refs[queue+"/"+part]
 	if !ok {
-		ref = reginatype.PartitionRef{ID: partition.NewV7(), QueueID: partition.NewV7(), WindowSeconds: 3600}
+		ref = reginatype.PartitionRef{ID: partition.NewV7(), QueueID: partition.NewV7(), WindowSeconds: 3600,
+			PayloadCheck: f.check}
 		f.refs[queue+"/"+part] = ref
 		f.ids[ref.ID] = map[partition.Hash]partition.UUID{}
 	}
@@ -72,7 +77,8 @@ func (f *fakeStore) Push(_ context.Context, b *reginatype.PushBatch) (reginatype
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	res := reginatype.PushResult{WindowSeconds: 3600, FirstOffset: -1, CreatedAt: time.Now(), Epoch: f.epoch.Load()}
+	res := reginatype.PushResult{WindowSeconds: 3600, FirstOffset: -1, CreatedAt: time.Now(), Epoch: f.epoch.Load(),
+		PayloadCheck: f.check}
 	var sb storedBatch
 	known := f.ids[b.Partition]
 	start := int32(0)
@@ -89,7 +95,15 @@ func (f *fakeStore) Push(_ context.Context, b *reginatype.PushBatch) (reginatype
 			res.DupIndex = append(res.DupIndex, i)
 			res.DupOriginal = append(res.DupOriginal, orig)
 			res.DupCreated = append(res.DupCreated, res.CreatedAt)
+			var fp *int64
+			if v, ok := f.fps[h]; ok {
+				fp = &v
+			}
+			res.DupFingerprint = append(res.DupFingerprint, fp)
 			continue
+		}
+		if b.Fingerprints != nil {
+			f.fps[h] = b.Fingerprints[i]
 		}
 		var id partition.UUID
 		copy(id[:], b.IDs[16*i:16*i+16])
