@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/regina-mq/regina/internal/crypt"
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
 )
@@ -194,8 +195,12 @@ type actor struct {
 	// owned by the actor goroutine
 	ref      reginatype.PartitionRef
 	resolved bool
-	batch    reginatype.PushBatch
-	scratch  scratch
+	// refGen and refAt are the registry's optionsGen and the time when ref
+	// was read; either moving on makes the actor read it again.
+	refGen  uint64
+	refAt   time.Time
+	batch   reginatype.PushBatch
+	scratch scratch
 }
 
 // scratch holds the buffers one batch reuses.
@@ -211,6 +216,8 @@ type scratch struct {
 	// fps are the payload fingerprints of every item of the batch, in batch
 	// order, when the queue checks them (empty otherwise).
 	fps []int64
+	// sealed holds one item's sealed payload until the batch copies it.
+	sealed []byte
 }
 
 func newActor(r *Registry, queue, part string) *actor {
@@ -402,13 +409,21 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 	s.results = append(s.results[:0], make([]reginatype.PushVerdict, n)...)
 
 	var lastErr error
+	if a.resolved && (a.reg.optionsGen.Load() != a.refGen || time.Since(a.refAt) >= a.reg.cfg.RefreshOptions) {
+		a.resolved = false // the queue's options may have changed: read them again
+	}
 	for range maxPushAttempts {
 		if !a.resolved {
+			gen := a.reg.optionsGen.Load()
 			ref, err := a.reg.store.EnsurePartition(ctx, a.queue, a.part)
 			if err != nil {
 				return err
 			}
-			a.ref, a.resolved = ref, true
+			a.ref, a.resolved, a.refGen, a.refAt = ref, true, gen, time.Now()
+			if ref.Encrypt && a.reg.cfg.Key == nil {
+				a.log.Warn().Msg("queue has encryptionEnabled but " + crypt.KeyEnv +
+					" is not set: its payloads are stored in plaintext")
+			}
 		}
 		a.collapse(n)
 		a.buildBatch(reqs)
@@ -491,6 +506,12 @@ func (a *actor) buildBatch(reqs []*request) {
 				s.results[idx] = reginatype.PushVerdict{Status: partition.StatusQueued, MessageID: id}
 				body := partition.Body{CreatedAt: now, TransactionID: it.TransactionID, TraceID: it.TraceID,
 					HasTrace: it.HasTrace, Payload: it.Payload, ProducerSub: it.ProducerSub}
+				// Sealed last: everything that reads the payload (or hashes
+				// it) must do so on it.Payload, the plaintext, before here.
+				if a.ref.Encrypt && a.reg.cfg.Key != nil {
+					s.sealed = a.reg.cfg.Key.Seal(s.sealed[:0], it.Payload)
+					body.Payload, body.Encrypted = s.sealed, true
+				}
 				h := partition.HashTxID(it.TransactionID)
 				s.hashes = append(s.hashes, h)
 				b.Add(h, id, &body)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/regina-mq/regina/cache"
+	"github.com/regina-mq/regina/internal/crypt"
 	"github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
@@ -72,6 +73,17 @@ type Config struct {
 
 	// Metrics receives the push path's metrics. nil: a private one.
 	Metrics *metrics.Metrics
+
+	// Key seals the payloads of queues with encryptionEnabled before they
+	// are stored (QUEEN_ENCRYPTION_KEY); nil: no key, payloads are stored
+	// as sent (with a warning per partition resolve).
+	Key *crypt.Key
+	// RefreshOptions bounds how long an actor trusts the queue options it
+	// read (the window and the encryption flag) before reading them again,
+	// so a configure made through another broker reaches its pushes
+	// (default 5s). A configure through this broker reaches them at once
+	// (OptionsChanged).
+	RefreshOptions time.Duration
 }
 
 // WithDefaults returns c with every zero bound set to its default.
@@ -93,6 +105,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.New(metrics.Config{})
+	}
+	if c.RefreshOptions <= 0 {
+		c.RefreshOptions = 5 * time.Second
 	}
 	return c
 }
@@ -141,7 +156,18 @@ type Registry struct {
 	// nothing learned from the old server lands in the reset cache.
 	epochMu    sync.RWMutex
 	cacheEpoch uint64 // the store epoch the cache describes
+
+	// optionsGen moves at every OptionsChanged: an actor whose partition
+	// was resolved under another generation reads its queue's options
+	// again before its next batch.
+	optionsGen atomic.Uint64
 }
+
+// OptionsChanged tells the actors that a queue's options changed (a
+// configure committed): each reads its queue's options again before its next
+// batch, so a push answered after the configure's answer follows the new
+// options (encryption, window).
+func (r *Registry) OptionsChanged() { r.optionsGen.Add(1) }
 
 // hooks let the package's tests act at points no event shows from outside.
 // Zero values do nothing.

@@ -18,7 +18,9 @@ const (
 const (
 	flagTrace    byte = 1 << 0
 	flagProducer byte = 1 << 1
-	flagsKnown        = flagTrace | flagProducer
+	// flagEncrypted marks a payload sealed at rest (internal/crypt).
+	flagEncrypted byte = 1 << 2
+	flagsKnown         = flagTrace | flagProducer | flagEncrypted
 	// bodyFixed is flags(1) + created(8) + txLen(2) + payloadLen(4).
 	bodyFixed = 1 + 8 + 2 + 4
 )
@@ -44,8 +46,12 @@ type Body struct {
 	HasTrace bool
 	// ProducerSub is the authenticated producer's subject, empty when none.
 	ProducerSub string
-	// Payload is the raw JSON payload exactly as received.
+	// Payload is the raw JSON payload exactly as received, or, when
+	// Encrypted, that payload sealed (nonce || ciphertext || tag, see
+	// internal/crypt).
 	Payload []byte
+	// Encrypted tells that Payload is sealed (flags&4).
+	Encrypted bool
 }
 
 // Created returns CreatedAt as a time.Time in UTC.
@@ -81,7 +87,7 @@ func (b *Body) EncodedLen() int {
 //
 //	flags(1) created_unix_micros(8, BE) tx_len(2, BE) tx
 //	[trace_id(16) if flags&1] [sub_len(2, BE) sub if flags&2]
-//	payload_len(4, BE) payload
+//	payload_len(4, BE) payload   -- sealed when flags&4
 //
 // The body must have passed [Body.Validate].
 func AppendBody(dst []byte, b *Body) []byte {
@@ -91,6 +97,9 @@ func AppendBody(dst []byte, b *Body) []byte {
 	}
 	if b.ProducerSub != "" {
 		flags |= flagProducer
+	}
+	if b.Encrypted {
+		flags |= flagEncrypted
 	}
 	dst = append(dst, flags)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(b.CreatedAt))
@@ -118,6 +127,7 @@ func DecodeBody(src []byte) (Body, []byte, error) {
 	if flags&^flagsKnown != 0 {
 		return b, nil, fmt.Errorf("%w: unknown frame flags %#x", ErrCorruptSegment, flags)
 	}
+	b.Encrypted = flags&flagEncrypted != 0
 	b.CreatedAt = int64(binary.BigEndian.Uint64(src[1:9]))
 	txLen := int(binary.BigEndian.Uint16(src[9:11]))
 	src = src[11:]

@@ -88,6 +88,8 @@ func TestSegmentRoundTrip(t *testing.T) {
 		{"large payload", []Frame{{MessageID: id, Body: Body{TransactionID: "big", Payload: big}}}},
 		{"255 byte tx id", []Frame{{MessageID: id, Body: Body{TransactionID: tx255, Payload: []byte("{}")}}}},
 		{"largest producer sub", []Frame{{MessageID: id, Body: Body{TransactionID: "t", ProducerSub: strings.Repeat("p", 0xffff)}}}},
+		{"encrypted payload", []Frame{{MessageID: id, Body: Body{TransactionID: "t", TraceID: trace, HasTrace: true, ProducerSub: "svc",
+			Payload: []byte{0, 1, 2, 0xff}, Encrypted: true}}}},
 		{"random batch", randomBatch},
 	}
 	for _, tc := range tests {
@@ -285,7 +287,7 @@ func TestDecodeSegmentCorrupt(t *testing.T) {
 		{"producer sub length past end", append(withFlags(flagProducer)[:bodyAt+11+len("tx")], 0xff, 0xff, 0, 0, 0, 0), 1, "producer subject truncated"},
 		{"empty segment", nil, 1, "cannot hold"},
 	}
-	for bit := 2; bit < 8; bit++ {
+	for bit := 3; bit < 8; bit++ {
 		tests = append(tests, corrupt{"unknown flag bit " + string(rune('0'+bit)), withFlags(1 << bit), 1, "unknown frame flags"})
 	}
 	tests = append(tests, corrupt{"all flag bits", withFlags(0xff), 1, "unknown frame flags"})

@@ -19,6 +19,9 @@ type PartitionRef struct {
 	WindowSeconds int
 	// PayloadCheck is the queue's dedupPayloadCheck when last read.
 	PayloadCheck partition.PayloadCheck
+	// Encrypt is the queue's encryptionEnabled when last read: payloads
+	// are sealed before they are stored (when the broker has a key).
+	Encrypt bool
 }
 
 // ChecksPayloads reports whether a push to the partition must carry payload

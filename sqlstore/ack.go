@@ -231,7 +231,7 @@ func (s *Store) moveToDLQ(ctx context.Context, tx pgx.Tx, pid [16]byte, group st
 		trace = [16]byte(f.TraceID)
 	}
 	_, err = tx.Exec(ctx, s.sql.insertDLQ, pid, group, off, [16]byte(f.MessageID), f.TransactionID, trace,
-		f.Payload, f.Created(), errMsg, retries, nullIfEmpty(f.ProducerSub))
+		f.Payload, f.Created(), errMsg, retries, nullIfEmpty(f.ProducerSub), f.Encrypted)
 	return err
 }
 

@@ -201,6 +201,7 @@ func (s *Store) ListMessages(ctx context.Context, f reginatype.MessageFilter) ([
 					}
 					k := count - 1 - j
 					off := first + int64(k)
+					s.reveal(&fs[k].Body)
 					out = append(out, reginatype.StoredMessage{Frame: fs[k], Offset: off, PartitionID: pid, Partition: part,
 						Queue: queue, Namespace: ns, Task: task, Status: messageStatus(off, cursor, leaseLive, leaseTo)})
 				}
@@ -251,6 +252,7 @@ func (s *Store) GetMessage(ctx context.Context, partitionID partition.UUID, txID
 			if err != nil {
 				return fmt.Errorf("segment %d: %w", first, err)
 			}
+			s.reveal(&fs[k].Body)
 			m.Frame, m.Offset, m.PartitionID = fs[k], off, partitionID
 			m.Status = messageStatus(off, cursor, leaseLive, leaseTo)
 			ok = true

@@ -93,8 +93,8 @@ func (q *queries) consumerQueries() {
 	q.segmentAt = `SELECT first_offset, frame_count, frames FROM queen.segments
 		 WHERE partition_id = $1 AND first_offset <= $2 ORDER BY first_offset DESC LIMIT 1`
 	q.insertDLQ = `INSERT INTO queen.dlq (partition_id, consumer_group, msg_offset, message_id, transaction_id,
-		       trace_id, payload, created_at, error_message, retry_count, producer_sub)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		       trace_id, payload, created_at, error_message, retry_count, producer_sub, encrypted)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (partition_id, consumer_group, msg_offset) DO UPDATE
 		   SET error_message = EXCLUDED.error_message, retry_count = EXCLUDED.retry_count, failed_at = now()`
 	q.extendLease = `WITH upd AS (
@@ -114,7 +114,7 @@ func (q *queries) consumerQueries() {
 		   AND ($4::timestamptz IS NULL OR d.failed_at >= $4) AND ($5::timestamptz IS NULL OR d.failed_at <= $5)`
 	q.countDLQ = `SELECT count(*)` + dlqWhere
 	q.listDLQ = `SELECT d.message_id, d.transaction_id, d.trace_id, d.partition_id, q.name, p.name, d.consumer_group,
-		       d.error_message, d.retry_count, d.payload, d.producer_sub, d.created_at, d.failed_at` + dlqWhere + `
+		       d.error_message, d.retry_count, d.payload, d.producer_sub, d.created_at, d.failed_at, d.encrypted` + dlqWhere + `
 		 ORDER BY d.failed_at DESC, d.msg_offset DESC LIMIT $6 OFFSET $7`
 	// The group's catch-up horizon goes with its cursors, so its next pop
 	// looks at every partition again. Only the cursors the group started
@@ -152,7 +152,7 @@ func (q *queries) consumerQueries() {
 	// same message, which is replayed once.
 	q.takeDLQ = `DELETE FROM queen.dlq WHERE partition_id = $1 AND transaction_id = $2
 		   AND ($3::text IS NULL OR consumer_group = $3)
-		RETURNING msg_offset, payload, trace_id, producer_sub`
+		RETURNING msg_offset, payload, trace_id, producer_sub, encrypted`
 	q.replayInsert = `WITH seg AS (
 			INSERT INTO queen.segments (partition_id, first_offset, frame_count, frames) VALUES ($1, $2, 1, $3)),
 		hashes AS (

@@ -38,10 +38,14 @@ func (s *Store) ListDLQ(ctx context.Context, f reginatype.DLQFilter) ([]reginaty
 		var d reginatype.DeadLetter
 		var trace *[16]byte
 		var sub *string
+		var body partition.Body
 		if err := rows.Scan((*uuidScanner)(&d.MessageID), &d.TransactionID, &trace, (*uuidScanner)(&d.PartitionID),
-			&d.Queue, &d.Partition, &d.Group, &d.ErrorMessage, &d.RetryCount, &d.Payload, &sub, &d.CreatedAt, &d.FailedAt); err != nil {
+			&d.Queue, &d.Partition, &d.Group, &d.ErrorMessage, &d.RetryCount, &body.Payload, &sub, &d.CreatedAt, &d.FailedAt,
+			&body.Encrypted); err != nil {
 			return nil, 0, fmt.Errorf("list dlq: %w", classify(err))
 		}
+		s.reveal(&body)
+		d.Payload = body.Payload
 		if trace != nil {
 			u := partition.UUID(*trace)
 			d.TraceID = &u

@@ -268,6 +268,7 @@ segments:
 					break segments // FIFO: nothing after an invisible message either
 				}
 			}
+			s.reveal(&frames[k].Body)
 			out = append(out, reginatype.PoppedMessage{Frame: frames[k], Offset: off, PartitionID: c.ID, PartitionName: c.Name})
 			if len(out) >= limit {
 				break segments

@@ -14,12 +14,13 @@ import (
 
 // EnsurePartition returns the partition named partName of queue, creating the
 // queue (with default options and a namespace/task derived from its dotted
-// name) and the partition when they do not exist.
+// name) and the partition when they do not exist, with the queue's window and
+// encryption flag.
 func (s *Store) EnsurePartition(ctx context.Context, queue, partName string) (reginatype.PartitionRef, error) {
 	ns, task := DeriveNamespaceTask(queue)
 	var ref reginatype.PartitionRef
 	err := s.pool.QueryRow(ctx, s.sql.ensurePartition, queue, partName, ns, task).
-		Scan((*uuidScanner)(&ref.ID), (*uuidScanner)(&ref.QueueID), &ref.WindowSeconds, &ref.PayloadCheck)
+		Scan((*uuidScanner)(&ref.ID), (*uuidScanner)(&ref.QueueID), &ref.WindowSeconds, &ref.PayloadCheck, &ref.Encrypt)
 	if err != nil {
 		return ref, fmt.Errorf("ensure partition %s/%s: %w", queue, partName, classify(err))
 	}

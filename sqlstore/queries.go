@@ -74,8 +74,14 @@ func newQueries(schema string) queries {
 	q := queries{
 		// A queue created here gets the default options, the same values a
 		// configure without options writes.
-		ensurePartition: `SELECT partition_id, queue_id, window_seconds, payload_check FROM queen.ensure_partition($1, $2, $3, $4, ` +
-			queueOptionLiterals(partition.DefaultQueueOptions()) + `)`,
+		// The queue's encryption flag comes along (one round trip; the
+		// function's OUT columns stay as they are). The statement's snapshot
+		// predates a queue the function creates: that one has the default
+		// options, so no encryption.
+		ensurePartition: `SELECT e.partition_id, e.queue_id, e.window_seconds, e.payload_check,
+				coalesce(q.encryption_enabled, false)
+			FROM queen.ensure_partition($1, $2, $3, $4, ` + queueOptionLiterals(partition.DefaultQueueOptions()) + `) e
+			LEFT JOIN queen.queues q ON q.id = e.queue_id`,
 		pushSegment: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created,
 				payload_check, dup_fps
 			FROM queen.push_segment($1, $2, $3, $4, $5, $6, $7, $8)`,

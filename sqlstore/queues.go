@@ -23,7 +23,7 @@ func (s *Store) Configure(ctx context.Context, queue, namespace, task string, o 
 			return err
 		}
 		return tx.QueryRow(ctx, s.sql.ensurePartition, queue, reginatype.DefaultPartition, namespace, task).
-			Scan((*uuidScanner)(&out.DefaultPartitionID), new(uuidScanner), new(int), new(string))
+			Scan((*uuidScanner)(&out.DefaultPartitionID), new(uuidScanner), new(int), new(string), new(bool))
 	})
 	if err != nil {
 		return out, fmt.Errorf("configure %s: %w", queue, classify(err))

@@ -42,16 +42,17 @@ func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID,
 			return err
 		}
 		type letter struct {
-			payload []byte
-			trace   *[16]byte
-			sub     *string
+			payload   []byte
+			trace     *[16]byte
+			sub       *string
+			encrypted bool
 		}
 		var letters []letter
 		seen := make(map[int64]bool)
 		for rows.Next() {
 			var l letter
 			var off int64
-			if err := rows.Scan(&off, &l.payload, &l.trace, &l.sub); err != nil {
+			if err := rows.Scan(&off, &l.payload, &l.trace, &l.sub, &l.encrypted); err != nil {
 				rows.Close()
 				return err
 			}
@@ -71,7 +72,7 @@ func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID,
 		now := time.Now().UnixMicro()
 		for _, l := range letters {
 			f := partition.Frame{MessageID: partition.NewV7(), Body: partition.Body{
-				CreatedAt: now, TransactionID: txID, Payload: l.payload}}
+				CreatedAt: now, TransactionID: txID, Payload: l.payload, Encrypted: l.encrypted}}
 			if l.trace != nil {
 				f.TraceID, f.HasTrace = *l.trace, true
 			}

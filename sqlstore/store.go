@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	"github.com/regina-mq/regina/internal/crypt"
 	"github.com/regina-mq/regina/reginatype"
 )
 
@@ -49,6 +50,11 @@ type Config struct {
 	StatementTimeout time.Duration
 	// Logger receives the store's logs.
 	Logger zerolog.Logger
+	// Key seals the payloads of queues with encryptionEnabled that a
+	// transaction pushes, and opens sealed payloads on every read; nil: no
+	// key (payloads are stored as sent, sealed ones read as Queen's
+	// envelope).
+	Key *crypt.Key
 	// OnRetention, when set, is called after every retention pass
 	// (RetainOnce) with what it deleted, also when it failed part way.
 	OnRetention func(RetentionStats, error)
@@ -67,6 +73,9 @@ type Store struct {
 	onRet  func(RetentionStats, error)
 	// onPurge is Config.OnPurge.
 	onPurge func(queue, kind string, messages int64)
+	key     *crypt.Key
+	// warned rate-limits the warnings of seal and reveal.
+	warned *cryptWarnings
 }
 
 // Open connects, applies migrations and returns a ready Store.
@@ -115,7 +124,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	return &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema),
-		onRet: cfg.OnRetention, onPurge: cfg.OnPurge}, nil
+		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
+		key: cfg.Key, warned: &cryptWarnings{}}, nil
 }
 
 // Close waits for in-use connections to be returned and closes the pool.

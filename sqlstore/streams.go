@@ -287,7 +287,7 @@ func (s *Store) cyclePushes(ctx context.Context, tx pgx.Tx, pushes []reginatype.
 			ns, task := DeriveNamespaceTask(k[0])
 			if err := tx.QueryRow(ctx, s.sql.ensurePartition, k[0], k[1], ns, task).
 				Scan((*uuidScanner)(&g.ref.ID), (*uuidScanner)(&g.ref.QueueID), &g.ref.WindowSeconds,
-					&g.ref.PayloadCheck); err != nil {
+					&g.ref.PayloadCheck, &g.ref.Encrypt); err != nil {
 				return err
 			}
 			byKey[k] = g

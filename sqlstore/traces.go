@@ -198,7 +198,9 @@ func (s *Store) TracesByName(ctx context.Context, name string, limit, offset int
 			for i := range out {
 				ev := &out[i]
 				if fs := frames[segKey{ev.PartitionID, firsts[i]}]; ev.Offset-firsts[i] < int64(len(fs)) {
-					ev.MessagePayload = fs[ev.Offset-firsts[i]].Payload
+					b := &fs[ev.Offset-firsts[i]].Body
+					s.reveal(b)
+					ev.MessagePayload = b.Payload
 				}
 			}
 			return nil

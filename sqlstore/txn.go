@@ -64,7 +64,7 @@ func (s *Store) transactionOnce(ctx context.Context, pushes []reginatype.TxnPush
 				ns, task := DeriveNamespaceTask(k[0])
 				if err := tx.QueryRow(ctx, s.sql.ensurePartition, k[0], k[1], ns, task).
 					Scan((*uuidScanner)(&g.ref.ID), (*uuidScanner)(&g.ref.QueueID), &g.ref.WindowSeconds,
-						&g.ref.PayloadCheck); err != nil {
+						&g.ref.PayloadCheck, &g.ref.Encrypt); err != nil {
 					return err
 				}
 				byKey[k] = g
@@ -141,9 +141,11 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 		for _, k := range leaders {
 			p := &pushes[g.items[k]]
 			msgIDs[k] = partition.NewV7()
-			b.Add(partition.HashTxID(p.TransactionID), msgIDs[k], &partition.Body{CreatedAt: now,
-				TransactionID: p.TransactionID, TraceID: p.TraceID, HasTrace: p.HasTrace, Payload: p.Payload,
-				ProducerSub: p.ProducerSub})
+			body := partition.Body{CreatedAt: now, TransactionID: p.TransactionID, TraceID: p.TraceID,
+				HasTrace: p.HasTrace, Payload: p.Payload, ProducerSub: p.ProducerSub}
+			// Sealed after the fingerprint (fps, of the plaintext).
+			s.seal(&body, g.ref, g.queue)
+			b.Add(partition.HashTxID(p.TransactionID), msgIDs[k], &body)
 			if fps != nil {
 				b.Fingerprints = append(b.Fingerprints, fps[k])
 			}

@@ -433,8 +433,11 @@ type messageView struct {
 	Offset        int64           `json:"offset"`
 	TraceID       *string         `json:"traceId"`
 	Data          json.RawMessage `json:"data"`
-	ProducerSub   *string         `json:"producerSub"`
-	CreatedAt     string          `json:"createdAt"`
+	// IsEncrypted tells whether the payload is stored encrypted (data is
+	// the plaintext all the same, when the broker has the key).
+	IsEncrypted bool    `json:"isEncrypted"`
+	ProducerSub *string `json:"producerSub"`
+	CreatedAt   string  `json:"createdAt"`
 	// Mode and BusStatus describe the consumer groups with a cursor on the
 	// message's partition (nil when the partition has gone).
 	Mode      *modeView      `json:"mode,omitempty"`
@@ -533,7 +536,7 @@ func (s *Server) partitionsOf(ctx *fasthttp.RequestCtx, queues []string) (
 func newMessageView(m *reginatype.StoredMessage) messageView {
 	v := messageView{ID: m.MessageID.String(), TransactionID: m.TransactionID, PartitionID: m.PartitionID.String(),
 		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition, Namespace: m.Namespace,
-		Task: m.Task, Status: m.Status, Offset: m.Offset, Data: json.RawMessage(m.Payload),
+		Task: m.Task, Status: m.Status, Offset: m.Offset, Data: json.RawMessage(m.Payload), IsEncrypted: m.Encrypted,
 		CreatedAt: timeMicros(m.Created())}
 	if len(v.Data) == 0 {
 		v.Data = json.RawMessage("null")

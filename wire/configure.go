@@ -143,9 +143,6 @@ func DecodeConfigure(body []byte) (ConfigureRequest, error) {
 		}
 		o.DedupPayloadCheck = s
 	}
-	if o.EncryptionEnabled {
-		return req, errors.New("options.encryptionEnabled is not supported by this broker")
-	}
 	return req, nil
 }
 
@@ -182,10 +179,15 @@ func (s *Server) handleConfigure(ctx *fasthttp.RequestCtx) {
 			Strs("ignored_fields", req.IgnoredFields).
 			Msg("configure: unknown keys ignored; the options they may have meant took their defaults")
 	}
+	if res.Options.EncryptionEnabled && !s.cfg.EncryptionKey {
+		s.log.Warn().Str("queue", req.Queue).Msg("configure: encryptionEnabled is stored, but " +
+			"QUEEN_ENCRYPTION_KEY is not set: the queue's payloads are stored in plaintext until the broker has a key")
+	}
 	writeJSON(ctx, fasthttp.StatusOK, configureResponse{
 		Configured: true, QueueID: res.QueueID.String(), PartitionID: res.DefaultPartitionID.String(),
 		Queue: req.Queue, Namespace: res.Namespace, Task: res.Task, Options: res.Options,
-		IgnoredOptions: req.IgnoredOptions, IgnoredFields: req.IgnoredFields,
+		EncryptionActive: res.Options.EncryptionEnabled && s.cfg.EncryptionKey,
+		IgnoredOptions:   req.IgnoredOptions, IgnoredFields: req.IgnoredFields,
 	})
 }
 
@@ -197,6 +199,10 @@ type configureResponse struct {
 	Namespace   string                 `json:"namespace"`
 	Task        string                 `json:"task"`
 	Options     partition.QueueOptions `json:"options"`
+	// EncryptionActive tells whether the queue's payloads are stored
+	// encrypted: encryptionEnabled and a key (Regina's addition; clients
+	// ignore it).
+	EncryptionActive bool `json:"encryptionActive"`
 	// IgnoredOptions and IgnoredFields are left out when empty.
 	IgnoredOptions []string `json:"ignoredOptions,omitempty"`
 	IgnoredFields  []string `json:"ignoredFields,omitempty"`

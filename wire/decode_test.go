@@ -296,7 +296,7 @@ func TestDecodeConfigureRejects(t *testing.T) {
 		{"string boolean", `{"queue":"q","options":{"deadLetterQueue":"true"}}`, []string{"options.deadLetterQueue must be a boolean"}},
 		{"number boolean", `{"queue":"q","options":{"retentionEnabled":1}}`, []string{"options.retentionEnabled must be a boolean"}},
 		{"object boolean", `{"queue":"q","options":{"dlqAfterMaxRetries":{}}}`, []string{"options.dlqAfterMaxRetries must be a boolean"}},
-		{"encryption", `{"queue":"q","options":{"encryptionEnabled":true}}`, []string{"options.encryptionEnabled is not supported"}},
+		{"string encryption", `{"queue":"q","options":{"encryptionEnabled":"yes"}}`, []string{"options.encryptionEnabled must be a boolean"}},
 		{"unknown payload check", `{"queue":"q","options":{"dedupPayloadCheck":"warn"}}`, []string{`options.dedupPayloadCheck must be "off", "report" or "reject"`}},
 		{"payload check not a string", `{"queue":"q","options":{"dedupPayloadCheck":true}}`, []string{"options.dedupPayloadCheck must be"}},
 	}

@@ -96,7 +96,6 @@ func FuzzDecodeConfigure(f *testing.F) {
 		require.LessOrEqual(t, len(req.Queue), MaxNameLen)
 		require.True(t, utf8.ValidString(req.Queue), "queue %q", req.Queue)
 		require.NotContains(t, req.Queue, "\x00")
-		require.False(t, req.Options.EncryptionEnabled)
 		o := req.Options
 		for _, n := range []int{o.LeaseTime, o.RetryLimit, o.RetryDelay, o.MaxSize, o.TTL, o.Priority,
 			o.DelayedProcessing, o.WindowBuffer, o.RetentionSeconds, o.CompletedRetentionSeconds,

@@ -51,6 +51,9 @@ type Config struct {
 	// none (DEFAULT_SUBSCRIPTION_MODE); "" means "all". New panics on a
 	// value SubscriptionSkipsHistory refuses (check it at start).
 	DefaultSubscriptionMode string
+	// EncryptionKey tells whether the broker has QUEEN_ENCRYPTION_KEY
+	// (configure's encryptionActive, and its warning without one).
+	EncryptionKey bool
 	// Auth checks every routed request against its route's Role; nil (or
 	// an Authenticator with auth off) serves every route to anyone.
 	Auth *auth.Authenticator

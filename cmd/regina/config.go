@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/regina-mq/regina/internal/auth"
+	"github.com/regina-mq/regina/internal/crypt"
 	"github.com/regina-mq/regina/wire"
 )
 
@@ -75,6 +76,9 @@ type Config struct {
 	// Auth is the JWT configuration (JWT_* variables; no flags, so that
 	// secrets stay out of process listings).
 	Auth auth.Config
+	// EncryptionKey is QUEEN_ENCRYPTION_KEY (no flag, as a secret): 64 hex
+	// characters, or empty for no payload encryption.
+	EncryptionKey string
 
 	// dedupCacheBytes, when > 0, replaces DedupCacheMB << 20 as the dedup
 	// cache's budget: tests use it for budgets below 1 MiB.
@@ -338,6 +342,11 @@ func (c Config) validate(unreadable map[string]bool) error {
 	if err := c.Auth.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("invalid JWT settings: %w", err))
 	}
+	if c.EncryptionKey != "" {
+		if _, err := crypt.ParseKey(c.EncryptionKey); err != nil {
+			errs = append(errs, fmt.Errorf("invalid %s: %w", crypt.KeyEnv, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -400,6 +409,7 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 		errs = append(errs, fmt.Errorf("invalid JWT settings: %w", err))
 	}
 	c.Auth = ac
+	c.EncryptionKey = getenv(crypt.KeyEnv)
 	if c.DatabaseURL == "" {
 		vals := make(map[string]string)
 		for _, p := range pgVars {

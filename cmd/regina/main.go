@@ -28,6 +28,7 @@ import (
 	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/cache"
 	"github.com/regina-mq/regina/internal/auth"
+	"github.com/regina-mq/regina/internal/crypt"
 	brokermetrics "github.com/regina-mq/regina/metrics"
 	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
@@ -89,6 +90,12 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}
 	defer authn.Close()
 	logAuth(log, cfg.Host, cfg.Auth, authn)
+	var key *crypt.Key
+	if cfg.EncryptionKey != "" {
+		if key, err = crypt.ParseKey(cfg.EncryptionKey); err != nil {
+			return fmt.Errorf("%s: %w", crypt.KeyEnv, err) // Validate checked it
+		}
+	}
 
 	// One Prometheus registry per broker (GET /metrics/prometheus).
 	met := brokermetrics.New(brokermetrics.Config{})
@@ -105,14 +112,14 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	instance := instanceName(ln.Addr())
 	srv := wire.NewStarting(wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
 		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance,
-		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode})
+		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode, EncryptionKey: key != nil})
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if cfg.listening != nil {
 		cfg.listening(ln.Addr().String())
 	}
 
-	store, err := openStore(ctx, cfg, log, met, srv)
+	store, err := openStore(ctx, cfg, key, log, met, srv)
 	if err != nil {
 		sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer scancel()
@@ -126,6 +133,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		return err
 	}
 	defer store.Close()
+	logEncryption(ctx, log, store, key != nil)
 
 	// The dedup cache only lowers the probe's span; off (or evicted) it
 	// changes no verdict.
@@ -138,7 +146,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		MailboxMaxItems: cfg.MailboxMaxItems, MailboxMaxBytes: cfg.MailboxMaxBytes,
 		BatchMaxItems: cfg.BatchMaxItems, BatchMaxBytes: cfg.BatchMaxBytes,
 		IdleTimeout: cfg.ActorIdle, Logger: log, BeforeBatch: cfg.beforeBatch,
-		Cache: dedupCache, CacheBudgetBytes: cacheBudget, Metrics: met,
+		Cache: dedupCache, CacheBudgetBytes: cacheBudget, Metrics: met, Key: key,
 	})
 	met.SetSource(func() brokermetrics.Snapshot {
 		s := reg.Snapshot()
@@ -154,7 +162,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	linked := reg.Link(store)
 	srv.Start(wire.Backend{
 		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
-		Acker: store, Admin: store, Groups: store, Traces: store, Stats: store, Pinger: store,
+		Acker: store, Admin: configuringAdmin{store, reg}, Groups: store, Traces: store, Stats: store, Pinger: store,
 		Streams: store, Cycler: linked, Readiness: readiness{store: store, reg: reg},
 	})
 
@@ -236,7 +244,7 @@ const (
 // logged at warn with its error and shown by GET /ready. A schema that this
 // broker must not touch (a changed migration, one it does not know) or a
 // connection string that cannot be parsed fails at once.
-func openStore(ctx context.Context, cfg Config, log zerolog.Logger, met *brokermetrics.Metrics,
+func openStore(ctx context.Context, cfg Config, key *crypt.Key, log zerolog.Logger, met *brokermetrics.Metrics,
 	srv *wire.Server) (*sqlstore.Store, error) {
 	maxWait := connectRetryMax
 	if cfg.connectRetryMax > 0 {
@@ -247,7 +255,7 @@ func openStore(ctx context.Context, cfg Config, log zerolog.Logger, met *brokerm
 		actx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		store, err := sqlstore.Open(actx, sqlstore.Config{
 			URL: cfg.DatabaseURL, Schema: cfg.Schema, MaxConns: int32(cfg.PoolSize),
-			StatementTimeout: cfg.StatementTimeout, Logger: log.With().Str("component", "sqlstore").Logger(),
+			StatementTimeout: cfg.StatementTimeout, Logger: log.With().Str("component", "sqlstore").Logger(), Key: key,
 			// What retention deletes, for the analytics' retention view.
 			OnPurge: srv.CountRetention,
 			OnRetention: func(st sqlstore.RetentionStats, err error) {

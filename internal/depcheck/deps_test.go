@@ -17,11 +17,11 @@ var allowed = map[string][]string{
 	"cache":                 {},
 	"metrics":               {},
 	"reginatype":            {"partition"},
-	"sqlstore":              {"partition", "reginatype"},
+	"sqlstore":              {"partition", "reginatype", "internal/crypt"},
 	"sqlstore/sqlstoretest": {"sqlstore"},
-	"actor":                 {"partition", "reginatype", "cache", "metrics"},
+	"actor":                 {"partition", "reginatype", "cache", "metrics", "internal/crypt"},
 	"wire":                  {"partition", "reginatype", "metrics", "internal/auth"},
-	"cmd/regina":            {"actor", "cache", "metrics", "reginatype", "sqlstore", "wire", "internal/auth"},
+	"cmd/regina":            {"actor", "cache", "metrics", "partition", "reginatype", "sqlstore", "wire", "internal/auth", "internal/crypt"},
 	"bench":                 {},
 	"bench/compare":         {"partition", "reginatype", "sqlstore", "internal/chart", "internal/procstat", "internal/pushanswer"},
 	// The load generator is an outside client: nothing of ours.
@@ -33,6 +33,7 @@ var allowed = map[string][]string{
 	"internal/procstat":   {},
 	"internal/pushanswer": {},
 	"internal/auth":       {},
+	"internal/crypt":      {},
 	// Tests of the shell scripts: nothing of ours.
 	"scripts": {},
 	// Examples are outside clients of the HTTP API: nothing of ours.
