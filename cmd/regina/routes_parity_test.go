@@ -90,6 +90,20 @@ func TestEveryQueenRouteIsServed(t *testing.T) {
 		{"POST", "/api/v1/migration/validate", map[string]any{}},
 		{"POST", "/api/v1/migration/reset", map[string]any{}},
 		{"POST", "/api/v1/messages/" + pid + "/t-2/retry", nil},
+		// Called by clients although Queen's server does not serve them
+		// (wire-api §9, last paragraph).
+		{"GET", "/api/v1/resources/partitions?queue=rq", nil},
+		{"GET", "/api/v1/pop?namespace=rq&task=&wait=false", nil},
+		{"DELETE", "/api/v1/queues/rq/clear", nil},
+		{"POST", "/api/v1/stream/define", map[string]any{}},
+		{"POST", "/api/v1/stream/poll", map[string]any{}},
+		{"POST", "/api/v1/stream/ack", map[string]any{}},
+		{"POST", "/api/v1/stream/renew-lease", map[string]any{}},
+		{"POST", "/api/v1/stream/seek", map[string]any{}},
+		// Regina's streams (Queen's streaming SDKs).
+		{"POST", "/streams/v1/queries", map[string]any{}},
+		{"POST", "/streams/v1/state/get", map[string]any{}},
+		{"POST", "/streams/v1/cycle", map[string]any{}},
 		// Deletes last: they remove what the routes above read.
 		{"DELETE", "/api/v1/consumer-groups/g1/queues/rq?deleteMetadata=true", nil},
 		{"DELETE", "/api/v1/consumer-groups/g1?deleteMetadata=false", nil},
@@ -108,4 +122,19 @@ func TestEveryQueenRouteIsServed(t *testing.T) {
 			require.True(t, strings.HasPrefix(string(body), `{"error":`), "%s: %s", what, body)
 		}
 	}
+
+	var parts struct {
+		Partitions []struct {
+			ID, Name, Queue string
+			Messages        struct{ Total, Pending, Processing int64 }
+		} `json:"partitions"`
+	}
+	getJSON(t, b.URL+"/api/v1/resources/partitions?queue=rq", &parts)
+	require.Len(t, parts.Partitions, 2, "p1 and Default (the push without a partition)")
+	byName := map[string]int64{}
+	for _, p := range parts.Partitions {
+		require.Equal(t, "rq", p.Queue)
+		byName[p.Name] = p.Messages.Total
+	}
+	require.EqualValues(t, 2, byName["p1"])
 }
