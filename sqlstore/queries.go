@@ -20,6 +20,7 @@ type queries struct {
 	deleteConsumers, deleteDLQ, deleteQueueGroups string
 	listQueues                                    string
 	retentionTargets                              string
+	evictionTargets                               string
 	purgeLogTxns                                  string
 	purgeSegments                                 string
 	purgeConsumed                                 string
@@ -124,6 +125,11 @@ func newQueries(schema string) queries {
 				CASE WHEN q.retention_enabled AND q.retention_seconds > 0 THEN q.retention_seconds ELSE 0 END,
 				CASE WHEN q.retention_enabled AND q.completed_retention_seconds > 0 THEN q.completed_retention_seconds ELSE 0 END
 			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id`,
+		// The partitions of queues with maxWaitTimeSeconds, oldest message
+		// first.
+		evictionTargets: `SELECT p.id, q.name, p.name, q.max_wait_time_seconds
+			FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+			WHERE q.max_wait_time_seconds > 0 ORDER BY p.id`,
 		// One bounded, autocommitting step: of the partition's oldest
 		// batchSize rows (by offset, through the primary key), the run of
 		// expired ones at the start. Only a prefix ever goes: created_at is
@@ -159,7 +165,7 @@ func newQueries(schema string) queries {
 	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,
-		&q.retentionTargets, &q.purgeLogTxns, &q.purgeSegments, &q.purgeConsumed,
+		&q.retentionTargets, &q.evictionTargets, &q.purgeLogTxns, &q.purgeSegments, &q.purgeConsumed,
 		&q.popPrepare, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
 		&q.windowBufferBusy, &q.readSegments, &q.popAutoAck, &q.popLease, &q.popNotBefore, &q.popNothing,
 		&q.ackPartitionInfo, &q.lockConsumerForAck, &q.resolveOffsets, &q.updateConsumerAfterAck, &q.segmentAt,

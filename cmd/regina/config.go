@@ -36,6 +36,11 @@ type Config struct {
 	RetentionInterval  time.Duration
 	RetentionBatchSize int
 
+	// EvictionInterval and EvictionBatchSize drive the maxWaitTimeSeconds
+	// pass (Queen's EVICTION_INTERVAL and EVICTION_BATCH_SIZE).
+	EvictionInterval  time.Duration
+	EvictionBatchSize int
+
 	// MetricsSampleInterval is the process sampling period of the
 	// analytics; MetricsAggregateSeconds how often the counters are written
 	// (one row per minute, broker and queue); MetricsRetentionDays how long
@@ -146,6 +151,12 @@ var settings = []setting{
 	{env: "METRICS_RETENTION_DAYS", flag: "metrics-retention-days", def: "90",
 		help: "days the status and analytics counters are kept", min: 1,
 		field: func(c *Config) any { return &c.MetricsRetentionDays }},
+	{env: "EVICTION_INTERVAL", flag: "eviction-interval", def: "60000",
+		help: "ms between maxWaitTimeSeconds eviction passes", min: 1,
+		field: func(c *Config) any { return &c.EvictionInterval }},
+	{env: "EVICTION_BATCH_SIZE", flag: "eviction-batch-size", def: "1000",
+		help: "messages an eviction pass deletes at most (and segments per DELETE)", min: 1,
+		field: func(c *Config) any { return &c.EvictionBatchSize }},
 	{env: "QUEEN_DEDUP_CACHE", flag: "dedup-cache", def: "true", help: "in-window hash cache on or off",
 		zeroIsValue: true, field: func(c *Config) any { return &c.DedupCache }},
 	{env: "QUEEN_DEDUP_CACHE_MB", flag: "dedup-cache-mb", def: "512", help: "hash cache memory budget in MiB", min: 1,

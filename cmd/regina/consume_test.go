@@ -720,3 +720,46 @@ func TestAutoAckConsumesWithoutALease(t *testing.T) {
 	require.Equal(t, "auto-Default-2", r2.Messages[0].TransactionID)
 	require.Empty(t, b.pop(t, "auto", "", nil).Messages)
 }
+
+// TestMaxWaitTimeEviction: an eviction pass deletes the messages of a queue
+// with maxWaitTimeSeconds stored longer ago than that (not moved to the
+// DLQ), with their trace events; a fresh message stays, and a queue without
+// the option is untouched. The pass is driven directly.
+func TestMaxWaitTimeEviction(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	b.configure(t, "waity", map[string]any{"maxWaitTimeSeconds": 60})
+	old := b.push(t, item{"queue": "waity", "transactionId": "old-1", "payload": 1})
+	b.push(t, item{"queue": "waity", "transactionId": "old-2", "payload": 2})
+	b.push(t, item{"queue": "plain", "transactionId": "old-3", "payload": 3})
+	status, tr := b.trace(t, map[string]any{"transactionId": "old-1", "partitionId": *old[0].PartitionID,
+		"data": map[string]any{"text": "seen"}})
+	require.Equal(t, http.StatusCreated, status, "%v", tr)
+	d.exec(t, `UPDATE queen.segments s SET created_at = s.created_at - interval '2 minutes'
+		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		WHERE s.partition_id = p.id AND q.name IN ('waity', 'plain')`)
+	b.push(t, item{"queue": "waity", "transactionId": "fresh", "payload": 4})
+
+	st, err := sqlstoretest.OpenSchema(t, b.Schema).EvictOnce(context.Background(), 1000)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), st.Messages)
+
+	r := b.pop(t, "waity", "", url.Values{"batch": {"10"}})
+	require.Len(t, r.Messages, 1)
+	require.Equal(t, "fresh", r.Messages[0].TransactionID)
+	r = b.pop(t, "plain", "", url.Values{"batch": {"10"}})
+	require.Len(t, r.Messages, 1)
+	require.Equal(t, "old-3", r.Messages[0].TransactionID)
+	// Gone, not dead-lettered; their trace events went with them.
+	code, _ := do(t, "GET", b.URL+"/api/v1/messages/"+*old[0].PartitionID+"/old-1", nil)
+	require.Equal(t, http.StatusNotFound, code)
+	_, body := do(t, "GET", b.URL+"/api/v1/dlq?queue=waity", nil)
+	require.Contains(t, string(body), `"total":0`)
+	_, body = do(t, "GET", b.URL+"/api/v1/traces/"+*old[0].PartitionID+"/old-1", nil)
+	require.JSONEq(t, `{"traces":[]}`, string(body))
+	// A second pass finds nothing more.
+	st, err = sqlstoretest.OpenSchema(t, b.Schema).EvictOnce(context.Background(), 1000)
+	require.NoError(t, err)
+	require.Zero(t, st.Messages)
+}

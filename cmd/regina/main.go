@@ -183,6 +183,11 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		defer close(retDone)
 		store.RunRetention(retCtx, cfg.RetentionInterval, cfg.RetentionBatchSize)
 	}()
+	evictDone := make(chan struct{})
+	go func() {
+		defer close(evictDone)
+		store.RunEviction(retCtx, cfg.EvictionInterval, cfg.EvictionBatchSize)
+	}()
 
 	// The status and analytics counters: written about once a minute and
 	// once more at shutdown, before the pool closes.
@@ -226,6 +231,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}
 	stopRetention()
 	<-retDone
+	<-evictDone
 	stopStats()
 	<-statsDone
 	log.Info().Msg("regina stopped")
