@@ -197,8 +197,13 @@ type actor struct {
 	resolved bool
 	// refGen and refAt are the registry's optionsGen and the time when ref
 	// was read; either moving on makes the actor read it again.
-	refGen  uint64
-	refAt   time.Time
+	refGen uint64
+	refAt  time.Time
+	// allDup is true when the last batch was answered entirely with
+	// duplicates: the next one is expected to be too (a retry storm), so
+	// it first tries the read-only fast path even when the cache cannot
+	// vouch for its hashes.
+	allDup  bool
 	batch   reginatype.PushBatch
 	scratch scratch
 }
@@ -430,12 +435,21 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 		// The same window goes to the cache and, as WindowHint, to SQL,
 		// which ignores the watermark if the queue's window has grown.
 		a.batch.Epoch = a.reg.syncEpoch()
-		a.batch.Watermark = a.watermark()
+		var known bool
+		a.batch.Watermark, known = a.watermark()
+		a.batch.ExpectDuplicates = a.ref.WindowSeconds > 0 && (known || a.allDup) &&
+			!a.reg.cfg.NoUnlockedDuplicates
 		start := time.Now()
 		res, err := a.reg.store.Push(ctx, &a.batch)
 		a.reg.cfg.Metrics.ObservePushTransaction(time.Since(start))
 		switch {
 		case err == nil:
+			a.allDup = res.FirstOffset < 0
+			if res.Unlocked {
+				a.reg.unlockedDups.Add(1)
+			} else if a.batch.ExpectDuplicates {
+				a.reg.fastPathMisses.Add(1)
+			}
 			a.learn(&res)
 			a.ref.WindowSeconds = res.WindowSeconds
 			a.ref.PayloadCheck = res.PayloadCheck
@@ -527,16 +541,18 @@ func (a *actor) buildBatch(reqs []*request) {
 }
 
 // watermark asks the cache for the batch's probe watermark (window > 0 only)
-// and starts a hydration when the cache cannot vouch for the partition.
-func (a *actor) watermark() int64 {
+// and starts a hydration when the cache cannot vouch for the partition. known
+// reports that the cache holds every hash of the batch (a prediction that the
+// batch is all duplicates, not a proof).
+func (a *actor) watermark() (w int64, known bool) {
 	if a.ref.WindowSeconds <= 0 {
-		return reginatype.NoWatermark
+		return reginatype.NoWatermark, false
 	}
-	w, reason := a.reg.cache.Watermark(a.ref.ID, a.ref.WindowSeconds, a.scratch.hashes)
+	w, found, reason := a.reg.cache.WatermarkFound(a.ref.ID, a.ref.WindowSeconds, a.scratch.hashes)
 	if needsHydration(reason) {
 		a.reg.maybeHydrate(a.ref.ID)
 	}
-	return w
+	return w, found > 0 && found == len(a.scratch.hashes)
 }
 
 // learn teaches the cache the segment a push wrote: the hashes of the stored

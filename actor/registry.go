@@ -37,6 +37,9 @@ type Store interface {
 
 // Config bounds the actors. Zero fields take their defaults.
 type Config struct {
+	// NoUnlockedDuplicates turns the read-only duplicate fast path off:
+	// every batch takes the locked push transaction (tests compare the two).
+	NoUnlockedDuplicates bool
 	// MailboxMaxItems bounds the items waiting in one partition's mailbox
 	// (default 10000). A group that would cross it is refused with
 	// reginatype.ErrMailboxFull, unless the mailbox is empty (a single large
@@ -123,6 +126,11 @@ type Stats struct {
 	Duplicates   uint64
 	MailboxFull  uint64
 	PushFailures uint64
+	// UnlockedDups counts the batches answered all-duplicate by the
+	// read-only fast path (no row lock, no transaction id); FastPathMisses
+	// the batches that tried it and went on to the locked transaction.
+	UnlockedDups   uint64
+	FastPathMisses uint64
 	// DedupCache is the dedup cache's snapshot (a disabled cache counts
 	// every watermark as a "disabled" sentinel), Hydrations its loads.
 	DedupCache cache.Stats
@@ -150,6 +158,7 @@ type Registry struct {
 	mismatchLog zerolog.Logger
 
 	batches, queued, duplicates, mailboxFull, pushFailures atomic.Uint64
+	unlockedDups, fastPathMisses                           atomic.Uint64
 
 	// epochMu orders the cache's reset on a new store epoch (write lock)
 	// against what is taught to it (Learn, FinishHydrate: read lock), so
@@ -282,6 +291,7 @@ func (r *Registry) Stats() Stats {
 	return Stats{
 		Actors: n, MailboxDepth: depth, Batches: r.batches.Load(), Queued: r.queued.Load(),
 		Duplicates: r.duplicates.Load(), MailboxFull: r.mailboxFull.Load(), PushFailures: r.pushFailures.Load(),
+		UnlockedDups: r.unlockedDups.Load(), FastPathMisses: r.fastPathMisses.Load(),
 		DedupCache: r.cache.Stats(), Hydrations: r.hyd.stats(),
 	}
 }

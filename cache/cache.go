@@ -99,12 +99,22 @@ func New(cfg Config) *Cache {
 // first_offset > W, so W must drop below the segment, not only below the
 // frame). Otherwise NoWatermark and the reason. Watermark does not allocate.
 func (c *Cache) Watermark(p [16]byte, windowSeconds int, hashes [][16]byte) (int64, Reason) {
+	w, _, r := c.WatermarkFound(p, windowSeconds, hashes)
+	return w, r
+}
+
+// WatermarkFound is Watermark that also returns how many of hashes the cache
+// holds (0 unless the reason is ReasonNone or ReasonSpan). found ==
+// len(hashes) predicts a batch of duplicates only: the cache may still hold a
+// hash whose segment has left the window or was purged, so only the
+// database's probe is proof.
+func (c *Cache) WatermarkFound(p [16]byte, windowSeconds int, hashes [][16]byte) (int64, int, Reason) {
 	if !c.enabled {
-		return c.sentinel(ReasonDisabled)
+		return c.sentinel3(ReasonDisabled)
 	}
 	if windowSeconds <= 0 {
 		// Deduplication is off: there is no probe to shorten.
-		return c.sentinel(ReasonWindow)
+		return c.sentinel3(ReasonWindow)
 	}
 	c.mu.Lock()
 	e, ok := c.lru.Get(p)
@@ -114,23 +124,23 @@ func (c *Cache) Watermark(p [16]byte, windowSeconds int, hashes [][16]byte) (int
 			r = ReasonPressure
 		}
 		c.mu.Unlock()
-		return c.sentinel(r)
+		return c.sentinel3(r)
 	}
 	c.mu.Unlock()
 
 	e.mu.Lock()
 	if e.dead.Load() {
 		e.mu.Unlock()
-		return c.sentinel(ReasonUnknown)
+		return c.sentinel3(ReasonUnknown)
 	}
 	switch e.state() {
 	case stateHydrating:
 		e.mu.Unlock()
-		return c.sentinel(ReasonHydrating)
+		return c.sentinel3(ReasonHydrating)
 	case stateTomb:
 		r := e.tomb
 		e.mu.Unlock()
-		return c.sentinel(r)
+		return c.sentinel3(r)
 	default: // known: answered below
 	}
 	if int64(windowSeconds)*int64(time.Second) > e.windowNs {
@@ -140,19 +150,25 @@ func (c *Cache) Watermark(p [16]byte, windowSeconds int, hashes [][16]byte) (int
 		e.publish()
 		e.mu.Unlock()
 		c.sync(e)
-		return c.sentinel(ReasonWindow)
+		return c.sentinel3(ReasonWindow)
 	}
 	w, found := e.watermark(hashes)
 	k := e.k
 	e.mu.Unlock()
 	if k-w > c.maxSpan {
-		return c.sentinel(ReasonSpan)
+		w, _ = c.sentinel(ReasonSpan)
+		return w, found, ReasonSpan
 	}
 	c.hits.Add(1)
 	if found > 0 {
 		c.found.Add(uint64(found))
 	}
-	return w, ReasonNone
+	return w, found, ReasonNone
+}
+
+func (c *Cache) sentinel3(r Reason) (int64, int, Reason) {
+	w, r := c.sentinel(r)
+	return w, 0, r
 }
 
 func (c *Cache) sentinel(r Reason) (int64, Reason) {

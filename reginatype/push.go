@@ -56,6 +56,13 @@ type PushBatch struct {
 	// believes the queue's dedupPayloadCheck is off (whether it is nil
 	// decides like WindowHint: see ErrWindowChanged).
 	Fingerprints []int64
+	// ExpectDuplicates says the caller expects every item to be a
+	// duplicate (the dedup cache holds every hash, or the partition's last
+	// batch was all duplicates). The store then first answers from a
+	// read-only snapshot probe, with no row lock and no transaction id, and
+	// falls back to the locked push transaction unless every item is found.
+	// Only meaningful with a non-zero WindowHint.
+	ExpectDuplicates bool
 }
 
 // Reset empties the batch, keeping its buffers.
@@ -102,6 +109,10 @@ type PushResult struct {
 	DupFingerprint []*int64
 	// Epoch is the store epoch the transaction ran under.
 	Epoch uint64
+	// Unlocked is true when the verdicts came from the read-only fast
+	// path (see PushBatch.ExpectDuplicates): every item a duplicate, no
+	// row lock taken, nothing written.
+	Unlocked bool
 }
 
 // PushItem is one item of a push, validated by the caller.

@@ -50,19 +50,16 @@ func DeriveNamespaceTask(queue string) (namespace, task string) {
 // item is a duplicate, allocate offsets and insert one segment and one
 // log_txns row. It is one round trip; the statement is the transaction.
 //
+// When b.ExpectDuplicates is set (and the window is on), Push first runs the
+// read-only probe (queen.push_dups): if it finds every item in the window it
+// answers from that snapshot (res.Unlocked), without the row lock, a
+// transaction id or WAL; otherwise the locked transaction runs as above.
+//
 // Errors: ErrPartitionMissing, ErrWindowChanged (with the result's
 // WindowSeconds set), ErrOutcomeUnknown, ErrUnavailable, or a PostgreSQL
 // error (nothing committed).
 func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.PushResult, error) {
-	var (
-		res     reginatype.PushResult
-		status  string
-		dupIdx  []int32
-		dupIDs  [][]byte
-		dupAt   []time.Time
-		dupFps  []*int64
-		created time.Time
-	)
+	var res reginatype.PushResult
 	// Acquire first: a new connection moves the epoch on (conn.go) before
 	// it runs anything, so a watermark computed under another epoch (what
 	// the cache learned from another server) is never applied here.
@@ -76,14 +73,24 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 	if res.Epoch != b.Epoch {
 		watermark = reginatype.NoWatermark
 	}
-	err = conn.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, watermark,
-		b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints).
-		Scan(&status, &res.WindowSeconds, &res.FirstOffset, &created, &dupIdx, &dupIDs, &dupAt,
-			&res.PayloadCheck, &dupFps)
+	if b.ExpectDuplicates && b.WindowHint > 0 {
+		status, err := scanPush(conn.QueryRow(ctx, s.sql.pushDups, uuidArg(b.Partition), b.WindowHint, watermark,
+			b.Hashes, b.Fingerprints), &res)
+		if err != nil {
+			return res, classify(err)
+		}
+		if status == "ok" && len(res.DupIndex) == len(b.Hashes) {
+			res.Unlocked = true
+			return res, nil
+		}
+		epoch := res.Epoch
+		res = reginatype.PushResult{Epoch: epoch}
+	}
+	status, err := scanPush(conn.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, watermark,
+		b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints), &res)
 	if err != nil {
 		return res, classify(err)
 	}
-	res.CreatedAt = created
 	switch status {
 	case "ok":
 	case "missing":
@@ -93,8 +100,28 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 	default:
 		return res, fmt.Errorf("push_segment: unexpected status %q", status)
 	}
+	return res, nil
+}
+
+// scanPush reads one row of push_segment's (or push_dups') result into res
+// and returns its status.
+func scanPush(row pgx.Row, res *reginatype.PushResult) (string, error) {
+	var (
+		status  string
+		dupIdx  []int32
+		dupIDs  [][]byte
+		dupAt   []time.Time
+		dupFps  []*int64
+		created time.Time
+	)
+	err := row.Scan(&status, &res.WindowSeconds, &res.FirstOffset, &created, &dupIdx, &dupIDs, &dupAt,
+		&res.PayloadCheck, &dupFps)
+	if err != nil {
+		return "", err
+	}
+	res.CreatedAt = created
 	if len(dupIdx) != len(dupIDs) || len(dupIdx) != len(dupAt) || len(dupIdx) != len(dupFps) {
-		return res, errors.New("push_segment: dup_idx, dup_ids, dup_created and dup_fps differ in length")
+		return "", errors.New("push: dup_idx, dup_ids, dup_created and dup_fps differ in length")
 	}
 	if len(dupIdx) > 0 {
 		res.DupIndex = make([]int, len(dupIdx))
@@ -106,7 +133,7 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 			copy(res.DupOriginal[k][:], dupIDs[k])
 		}
 	}
-	return res, nil
+	return status, nil
 }
 
 // uuidArg passes a partition.UUID as a PostgreSQL uuid.
@@ -124,4 +151,3 @@ func (u *uuidScanner) ScanUUID(v pgtypeUUID) error {
 	return nil
 }
 
-var _ = pgx.ErrNoRows

@@ -295,12 +295,32 @@ type diffWorld struct {
 	d       *db
 	labels  map[string]string // message id -> "op.item" of the push that stored it
 	stats   [2]dedupCacheView // counters of brokers already stopped
+	// regs are the brokers' actor registries (the current ones), fast
+	// the duplicate fast path's counters of the stopped ones.
+	regs [2]*actor.Registry
+	fast fastPathCounts
+}
+
+// fastPathCounts are the registries' duplicate fast path counters.
+type fastPathCounts struct{ unlocked, misses uint64 }
+
+func (c *fastPathCounts) add(r *actor.Registry) {
+	st := r.Stats()
+	c.unlocked += st.UnlockedDups
+	c.misses += st.FastPathMisses
+}
+
+func (w *diffWorld) start(t *testing.T, i int) {
+	w.brokers[i] = startBroker(t, w.schema, func(c *Config) {
+		w.mutate[i](c)
+		c.onRegistry = func(r *actor.Registry) { w.regs[i] = r }
+	})
 }
 
 func newDiffWorld(t *testing.T, mutate [2]func(*Config)) *diffWorld {
 	w := &diffWorld{schema: sqlstoretest.NewSchema(t), mutate: mutate, labels: make(map[string]string)}
 	for i := range w.brokers {
-		w.brokers[i] = startBroker(t, w.schema, mutate[i])
+		w.start(t, i)
 	}
 	w.d = newDB(t, w.schema)
 	return w
@@ -367,7 +387,8 @@ func (w *diffWorld) run(t *testing.T, ops []diffOp) []string {
 		case diffRestart:
 			w.stats[op.broker].add(cacheMetrics(t, b))
 			b.Stop(t)
-			w.brokers[op.broker] = startBroker(t, w.schema, w.mutate[op.broker])
+			w.fast.add(w.regs[op.broker])
+			w.start(t, op.broker)
 		case diffSettle:
 			w.settle(t)
 		case diffDelete:
@@ -378,6 +399,7 @@ func (w *diffWorld) run(t *testing.T, ops []diffOp) []string {
 	w.settle(t)
 	for i, b := range w.brokers {
 		w.stats[i].add(cacheMetrics(t, b))
+		w.fast.add(w.regs[i])
 	}
 	return out
 }
@@ -443,8 +465,12 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 		func(c *Config) { common(c); c.DedupCache = false },
 		func(c *Config) { common(c); c.DedupCache = false },
 	}
-	var wOn, wOff *diffWorld
-	var gotOn, gotOff, stateOn, stateOff []string
+	locked := [2]func(*Config){
+		func(c *Config) { common(c); c.DedupCache = false; c.noUnlockedDups = true },
+		func(c *Config) { common(c); c.DedupCache = false; c.noUnlockedDups = true },
+	}
+	var wOn, wOff, wLocked *diffWorld
+	var gotOn, gotOff, gotLocked, stateOn, stateOff, stateLocked []string
 	t.Run("worlds", func(t *testing.T) {
 		t.Run("on", func(t *testing.T) {
 			t.Parallel()
@@ -458,20 +484,34 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 			gotOff = wOff.run(t, ops)
 			stateOff = wOff.state(t)
 		})
+		t.Run("locked", func(t *testing.T) {
+			t.Parallel()
+			wLocked = newDiffWorld(t, locked)
+			gotLocked = wLocked.run(t, ops)
+			stateLocked = wLocked.state(t)
+		})
 	})
 	if t.Failed() {
 		return
 	}
-	require.Len(t, gotOn, len(gotOff))
-	for i := range gotOff {
-		if gotOff[i] != gotOn[i] {
-			var op int
-			_, err := fmt.Sscanf(gotOff[i], "op %d", &op)
-			require.NoError(t, err)
-			t.Fatalf("seed %d: the cache changed a verdict at step %d (%s):\ncache off: %s\ncache on:  %s",
-				seed, op, ops[op], gotOff[i], gotOn[i])
+	// The reference is the locked path alone (no cache, no duplicate fast
+	// path); cache on and cache off both take the fast path.
+	for _, other := range []struct {
+		name string
+		got  []string
+	}{{"cache on", gotOn}, {"cache off (fast path on)", gotOff}} {
+		require.Len(t, other.got, len(gotLocked))
+		for i := range gotLocked {
+			if gotLocked[i] != other.got[i] {
+				var op int
+				_, err := fmt.Sscanf(gotLocked[i], "op %d", &op)
+				require.NoError(t, err)
+				t.Fatalf("seed %d: %s changed a verdict at step %d (%s):\nlocked only: %s\n%s: %s",
+					seed, other.name, op, ops[op], gotLocked[i], other.name, other.got[i])
+			}
 		}
 	}
+	require.Equal(t, stateLocked, stateOff, "the tables differ (cache off)")
 	require.Equal(t, stateOff, stateOn, "the tables differ")
 
 	dups, conflicts, mismatches, matches := 0, 0, 0, 0
@@ -511,6 +551,13 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 	require.Positive(t, b1.Hits, "broker 1's cache answered watermarks")
 	require.Positive(t, b1.Evictions+b1.SentinelsByReason["pressure"], "broker 1's budget evicted or refused partitions")
 	require.Zero(t, b0.Hydrations.Failed+b1.Hydrations.Failed)
+	// Not vacuous either: the duplicate fast path answered batches in both
+	// worlds that have it (and only there), and some predictions missed.
+	t.Logf("fast path: cache on %+v, cache off %+v, locked only %+v", wOn.fast, wOff.fast, wLocked.fast)
+	require.Positive(t, wOn.fast.unlocked, "cache on: the fast path answered batches")
+	require.Positive(t, wOff.fast.unlocked, "cache off: the fast path answered batches")
+	require.Positive(t, wOn.fast.misses+wOff.fast.misses, "some fast path predictions missed")
+	require.Zero(t, wLocked.fast.unlocked+wLocked.fast.misses, "locked only: no fast path")
 	for i, s := range wOff.stats {
 		require.Zero(t, s.Hits, "kill switch: broker %d's cache answered nothing", i)
 		require.Zero(t, s.Hydrations.Started, "kill switch: broker %d loaded nothing", i)

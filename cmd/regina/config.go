@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/internal/auth"
 	"github.com/regina-mq/regina/internal/crypt"
 	"github.com/regina-mq/regina/wire"
@@ -91,6 +92,10 @@ type Config struct {
 
 	// statsFlush, when > 0, replaces MetricsAggregateSeconds (tests).
 	statsFlush time.Duration
+	// onRegistry is a test hook: called with the actor registry at start.
+	onRegistry func(*actor.Registry)
+	// noUnlockedDups is a test switch: actor.Config.NoUnlockedDuplicates.
+	noUnlockedDups bool
 	// beforeBatch is a test hook passed to actor.Config.BeforeBatch.
 	beforeBatch func(queue, partition string, items int)
 

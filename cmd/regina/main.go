@@ -147,7 +147,11 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		BatchMaxItems: cfg.BatchMaxItems, BatchMaxBytes: cfg.BatchMaxBytes,
 		IdleTimeout: cfg.ActorIdle, Logger: log, BeforeBatch: cfg.beforeBatch,
 		Cache: dedupCache, CacheBudgetBytes: cacheBudget, Metrics: met, Key: key,
+		NoUnlockedDuplicates: cfg.noUnlockedDups,
 	})
+	if cfg.onRegistry != nil {
+		cfg.onRegistry(reg)
+	}
 	met.SetSource(func() brokermetrics.Snapshot {
 		s := reg.Snapshot()
 		ps := store.PoolStats()
