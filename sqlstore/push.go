@@ -150,4 +150,3 @@ func (u *uuidScanner) ScanUUID(v pgtypeUUID) error {
 	*u = v.Bytes
 	return nil
 }
-
