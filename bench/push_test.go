@@ -18,12 +18,14 @@ var runID atomic.Int64
 // partition, no broker in between: the floor under every push. Each
 // iteration is one transaction of n new messages (200-byte payloads, a
 // full-window probe); "dup" runs push an already-stored batch, which writes
-// nothing; "mixed" runs repeat every other item of the stored batch.
+// nothing, through the locked transaction; "dupfast" the same batch with
+// ExpectDuplicates (the read-only fast path: no row lock, no xid); "mixed"
+// runs repeat every other item of the stored batch.
 func BenchmarkPushTransaction(b *testing.B) {
 	ctx := context.Background()
 	st := sqlstoretest.Open(b)
 	for _, n := range []int{1, 10, 100, 1000} {
-		for _, mode := range []string{"new", "dup", "mixed"} {
+		for _, mode := range []string{"new", "dup", "dupfast", "mixed"} {
 			b.Run(fmt.Sprintf("batch=%d/%s", n, mode), func(b *testing.B) {
 				ref, err := st.EnsurePartition(ctx, "bench", fmt.Sprintf("p-%d-%s", n, mode))
 				if err != nil {
@@ -46,6 +48,7 @@ func BenchmarkPushTransaction(b *testing.B) {
 					if _, err := st.Push(ctx, batch); err != nil {
 						b.Fatal(err)
 					}
+					batch.ExpectDuplicates = mode == "dupfast"
 				}
 				seq := 0
 				for b.Loop() {
@@ -71,8 +74,11 @@ func BenchmarkPushTransaction(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					if mode == "dup" && len(res.DupIndex) != n {
+					if (mode == "dup" || mode == "dupfast") && len(res.DupIndex) != n {
 						b.Fatalf("want %d duplicates, got %d", n, len(res.DupIndex))
+					}
+					if res.Unlocked != (mode == "dupfast") {
+						b.Fatalf("mode %s: unlocked %v", mode, res.Unlocked)
 					}
 				}
 				reportMsgs(b, n)
