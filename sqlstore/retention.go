@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
-
-	"github.com/regina-mq/regina/partition"
 )
 
 // RetentionStats counts what one retention pass deleted.
@@ -28,7 +26,7 @@ type retentionTarget struct {
 
 // RetainOnce runs one retention pass over every partition: it deletes
 // queen.log_txns rows older than GREATEST(dedup window,
-// completedRetentionSeconds, 900) seconds, and, on queues with retention
+// completedRetentionSeconds, Config.SidecarMinSeconds) seconds, and, on queues with retention
 // enabled, segments older than retentionSeconds, and segments older than
 // completedRetentionSeconds that every consumer group has consumed. Each DELETE removes at most
 // batchSize rows and commits on its own, so no lock is held for long.
@@ -39,7 +37,7 @@ func (s *Store) RetainOnce(ctx context.Context, batchSize int) (st RetentionStat
 	if batchSize <= 0 {
 		batchSize = 1000
 	}
-	rows, err := s.pool.Query(ctx, s.sql.retentionTargets, partition.MinSidecarRetentionSeconds)
+	rows, err := s.pool.Query(ctx, s.sql.retentionTargets, s.sidecarMin)
 	if err != nil {
 		return st, fmt.Errorf("retention: list partitions: %w", classify(err))
 	}

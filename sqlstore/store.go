@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/regina-mq/regina/internal/crypt"
+	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
 )
 
@@ -61,6 +62,11 @@ type Config struct {
 	// OnPurge, when set, is called with the messages retention deleted on
 	// a queue, by kind (PurgeRetention, PurgeCompleted, PurgeEviction).
 	OnPurge func(queue, kind string, messages int64)
+	// SidecarMinSeconds is the floor of the hash sidecar's depth: retention
+	// keeps a segment's hashes GREATEST(dedup window,
+	// completedRetentionSeconds, SidecarMinSeconds) seconds; 0 means
+	// partition.MinSidecarRetentionSeconds (900).
+	SidecarMinSeconds int
 }
 
 // Store is Regina's PostgreSQL state. It is safe for concurrent use.
@@ -76,6 +82,8 @@ type Store struct {
 	key     *crypt.Key
 	// warned rate-limits the warnings of seal and reveal.
 	warned *cryptWarnings
+	// sidecarMin is Config.SidecarMinSeconds (defaulted).
+	sidecarMin int
 }
 
 // Open connects, applies migrations and returns a ready Store.
@@ -123,9 +131,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	if cfg.SidecarMinSeconds <= 0 {
+		cfg.SidecarMinSeconds = partition.MinSidecarRetentionSeconds
+	}
 	return &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema),
 		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
-		key: cfg.Key, warned: &cryptWarnings{}}, nil
+		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds}, nil
 }
 
 // Close waits for in-use connections to be returned and closes the pool.

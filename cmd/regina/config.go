@@ -36,6 +36,9 @@ type Config struct {
 
 	RetentionInterval  time.Duration
 	RetentionBatchSize int
+	// RetentionSidecarMinSeconds is the floor of the hash sidecar's depth
+	// (RETENTION_SIDECAR_MIN_SECONDS).
+	RetentionSidecarMinSeconds int
 
 	// EvictionInterval and EvictionBatchSize drive the maxWaitTimeSeconds
 	// pass (Queen's EVICTION_INTERVAL and EVICTION_BATCH_SIZE).
@@ -162,6 +165,9 @@ var settings = []setting{
 	{env: "EVICTION_BATCH_SIZE", flag: "eviction-batch-size", def: "1000",
 		help: "messages an eviction pass deletes at most (and segments per DELETE)", min: 1,
 		field: func(c *Config) any { return &c.EvictionBatchSize }},
+	{env: "RETENTION_SIDECAR_MIN_SECONDS", flag: "retention-sidecar-min-seconds", def: "900",
+		help: "keep every segment's hashes at least this long (acks resolve through them)", min: 1,
+		field: func(c *Config) any { return &c.RetentionSidecarMinSeconds }},
 	{env: "QUEEN_DEDUP_CACHE", flag: "dedup-cache", def: "true", help: "in-window hash cache on or off",
 		zeroIsValue: true, field: func(c *Config) any { return &c.DedupCache }},
 	{env: "QUEEN_DEDUP_CACHE_MB", flag: "dedup-cache-mb", def: "512", help: "hash cache memory budget in MiB", min: 1,

@@ -265,7 +265,8 @@ func openStore(ctx context.Context, cfg Config, key *crypt.Key, log zerolog.Logg
 		actx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		store, err := sqlstore.Open(actx, sqlstore.Config{
 			URL: cfg.DatabaseURL, Schema: cfg.Schema, MaxConns: int32(cfg.PoolSize),
-			StatementTimeout: cfg.StatementTimeout, Logger: log.With().Str("component", "sqlstore").Logger(), Key: key,
+			StatementTimeout: cfg.StatementTimeout, SidecarMinSeconds: cfg.RetentionSidecarMinSeconds,
+			Logger: log.With().Str("component", "sqlstore").Logger(), Key: key,
 			// What retention deletes, for the analytics' retention view.
 			OnPurge: srv.CountRetention,
 			OnRetention: func(st sqlstore.RetentionStats, err error) {
