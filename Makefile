@@ -16,7 +16,7 @@ FUZZTIME    ?= 30s
 
 ENSURE_PG := scripts/ensure-postgres.sh
 
-.PHONY: help build run test test/race bench fuzz loadtest lint db/stop clean faults compare compare/scale
+.PHONY: help build run test test/race bench fuzz loadtest lint db/stop clean faults soak compare compare/scale
 
 help: ## Show this list of targets
 	@echo 'Usage: make TARGET [VAR=value ...]'
@@ -25,7 +25,7 @@ help: ## Show this list of targets
 		END {f = "  %-" w "s  %s\n"; for (i = 1; i <= c; i++) printf f, n[i], d[i]}' $(MAKEFILE_LIST)
 	@echo
 	@echo 'Variables: ARGS (run, loadtest, faults), GOTESTFLAGS (e.g. -race, -run X, -v),'
-	@echo '           ITERATIONS (bench), FUZZTIME (fuzz), DURATION (faults, compare),'
+	@echo '           ITERATIONS (bench), FUZZTIME (fuzz), DURATION (faults, soak, compare), SOAK_PNG,'
 	@echo '           WARMUP ITEMS ROUNDS SCALE_PARTITIONS SCALE_HASHES (compare),'
 	@echo '           QUEEN_URL QUEEN_DATABASE (compare: also a Queen server you run),'
 	@echo '           DATABASE_URL (use this PostgreSQL instead of a local one).'
@@ -81,6 +81,11 @@ DURATION ?= 60s
 
 faults: ## Fault injection on real brokers, then a checker (DURATION=60s)
 	$(GO) run ./loadtest/faults -duration $(DURATION) $(ARGS)
+
+SOAK_PNG ?= bin/soak.png
+
+soak: ## Consumers, retention, restarts; plot to SOAK_PNG (DURATION=30m)
+	$(GO) run ./loadtest/faults -scenario soak -duration $(call cmp_var,DURATION,30m) -png $(SOAK_PNG) $(ARGS)
 
 # ---- make compare, make compare/scale (bench/compare) ----
 # DURATION, WARMUP, ITEMS, ROUNDS, CONNECTIONS, PARTITIONS, PAYLOAD given on

@@ -27,7 +27,7 @@ var allowed = map[string][]string{
 	// The load generator is an outside client: nothing of ours.
 	"loadtest": {"internal/chart", "internal/procstat", "internal/pushanswer"},
 	// The fault checker decodes stored segments.
-	"loadtest/faults":     {"partition"},
+	"loadtest/faults":     {"partition", "internal/chart", "internal/procstat"},
 	"internal/depcheck":   {},
 	"internal/chart":      {},
 	"internal/procstat":   {},

@@ -175,6 +175,7 @@ const (
 	VBroker        = "broker"         // a broker crashed, hung or did not recover
 	VNothingStored = "nothing-stored" // the run stored nothing at all
 	VUnresolved    = "unresolved"     // an item never got a definite answer (when every one must)
+	VGrowth        = "soak-growth"    // a soak series was not flat after warm-up
 )
 
 // CheckOptions adapt the checker to a scenario.
@@ -193,6 +194,17 @@ type CheckOptions struct {
 	// RequireResolved makes an item with no definite answer a violation:
 	// every outcome-unknown answer must be resolved by a retry.
 	RequireResolved bool
+	// Window, when positive, is the retention mode of the soak: the queue
+	// has this dedup window (seconds) and retention on. Retention may have
+	// removed a prefix of each partition's segments and hash rows (never
+	// more); what it removed counts as stored when a consumer received it
+	// (Consumed); a transaction id may be stored again once the window
+	// after its last copy has passed, and a duplicate may name the zero
+	// UUID (its original's segment is gone).
+	Window int
+	// Consumed is every message consumers received, by (partition,
+	// transaction id): retention mode only.
+	Consumed map[key][]consumed
 }
 
 // KillWindow is one failover: when the primary's postmaster was killed and
@@ -248,6 +260,7 @@ type stored struct {
 	seg     int64 // first offset of its segment
 	id      partition.UUID
 	created time.Time
+	inDB    bool // false: removed by retention, known from a consumer
 }
 
 // Report is the checker's result.
@@ -276,10 +289,14 @@ func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 			add(VQueueConfig, "", "", "queue %q does not exist after the run", st.Queue)
 		}
 	} else {
-		if st.WindowSeconds != DefaultWindowSeconds {
-			add(VQueueConfig, "", "", "dedup_window_seconds = %d, the run assumes %d", st.WindowSeconds, DefaultWindowSeconds)
+		wantWindow := DefaultWindowSeconds
+		if opts.Window > 0 {
+			wantWindow = opts.Window
 		}
-		if st.RetentionEnabled {
+		if st.WindowSeconds != wantWindow {
+			add(VQueueConfig, "", "", "dedup_window_seconds = %d, the run assumes %d", st.WindowSeconds, wantWindow)
+		}
+		if st.RetentionEnabled && opts.Window <= 0 {
 			add(VQueueConfig, "", "", "retention is enabled; the run assumes it is off")
 		}
 	}
@@ -298,7 +315,7 @@ func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 	for _, name := range names {
 		p := st.Partitions[name]
 		r.Stats.Partitions++
-		checkTiling(p, add)
+		checkTiling(p, opts.Window > 0, add)
 		txns := map[int64]*TxnRow{}
 		for i := range p.Txns {
 			t := &p.Txns[i]
@@ -314,6 +331,9 @@ func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 			r.Stats.Segments++
 			t := txns[s.FirstOffset]
 			switch {
+			case t == nil && opts.Window > 0 && (len(p.Txns) == 0 || s.FirstOffset < p.Txns[0].FirstOffset):
+				// Retention removed the hashes of this prefix (the sidecar
+				// can be shorter than the segments' retention).
 			case t == nil:
 				add(VLogTxns, name, "", "segment at first_offset %d (%d frames) has no log_txns row", s.FirstOffset, s.FrameCount)
 			case len(t.Hashes) != s.FrameCount:
@@ -330,7 +350,7 @@ func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 				off := s.FirstOffset + int64(k)
 				r.Stats.StoredFrames++
 				kk := key{name, f.TransactionID}
-				storedBy[kk] = append(storedBy[kk], stored{offset: off, seg: s.FirstOffset, id: f.MessageID, created: s.CreatedAt})
+				storedBy[kk] = append(storedBy[kk], stored{offset: off, seg: s.FirstOffset, id: f.MessageID, created: s.CreatedAt, inDB: true})
 				if prev, dup := msgIDs[f.MessageID]; dup {
 					add(VMsgIDReused, name, f.TransactionID, "message_id %s stored at offset %d is also stored for tx %s in partition %s",
 						f.MessageID, off, prev.tx, prev.part)
@@ -350,8 +370,20 @@ func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 			}
 		}
 		for off, t := range txns {
-			if !segAt[off] {
+			if !segAt[off] && (opts.Window <= 0 || len(p.Segments) == 0 || off >= p.Segments[0].FirstOffset) {
+				// (In retention mode, hash rows below the first segment
+				// outlive their removed segments by design.)
 				add(VLogTxns, name, "", "log_txns row at first_offset %d (%d hashes) has no segment", off, len(t.Hashes))
+			}
+		}
+	}
+
+	// Retention mode: what consumers received counts as stored (retention
+	// may have removed it since).
+	for k, cs := range opts.Consumed {
+		for _, c := range cs {
+			if !hasID(storedBy[k], c.id) {
+				storedBy[k] = append(storedBy[k], stored{offset: -1, seg: -1, id: c.id, created: c.created})
 			}
 		}
 	}
@@ -418,7 +450,7 @@ func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 
 	for _, k := range sent {
 		rows := storedBy[k]
-		if len(rows) > 1 {
+		if len(rows) > 1 && (opts.Window <= 0 || !apart(rows, time.Duration(opts.Window)*time.Second)) {
 			offs := make([]string, len(rows))
 			for i, s := range rows {
 				offs[i] = fmt.Sprintf("offset %d id %s", s.offset, s.id)
@@ -450,7 +482,7 @@ func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 				r.Stats.AsyncMaxLate = max(r.Stats.AsyncMaxLate, q.att.End-kill)
 			}
 		}
-		if len(qs) > 1 {
+		if len(qs) > 1 && (opts.Window <= 0 || !answersApart(qs, time.Duration(opts.Window)*time.Second)) {
 			ids := make([]string, len(qs))
 			for i, q := range qs {
 				ids[i] = fmt.Sprintf("#%d@%s -> %s", q.att.Seq, q.att.Broker, q.id)
@@ -477,6 +509,8 @@ func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 				continue
 			}
 			switch {
+			case d.id.IsZero() && opts.Window > 0:
+				// Retention removed the original's segment.
 			case d.id.IsZero():
 				add(VDupZeroID, k.part, k.tx, "request #%d to %s answered duplicate with the zero UUID (original segment gone) but retention is off",
 					d.att.Seq, d.att.Broker)
@@ -546,6 +580,36 @@ const maxExcerpts = 50
 
 func excerptKey(part, tx string) string { return part + "\x00" + tx }
 
+// apart reports whether every two stored copies are at least window apart
+// (a copy stored after the window of the previous one is a new message).
+func apart(rows []stored, window time.Duration) bool {
+	ts := make([]time.Time, len(rows))
+	for i, s := range rows {
+		ts[i] = s.created
+	}
+	return timesApart(ts, window)
+}
+
+// answersApart reports whether every two queued answers came at least
+// window apart.
+func answersApart(qs []answer, window time.Duration) bool {
+	ts := make([]time.Time, len(qs))
+	for i, q := range qs {
+		ts[i] = time.Time{}.Add(q.att.End)
+	}
+	return timesApart(ts, window)
+}
+
+func timesApart(ts []time.Time, window time.Duration) bool {
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	for i := 1; i < len(ts); i++ {
+		if ts[i].Sub(ts[i-1]) < window {
+			return false
+		}
+	}
+	return true
+}
+
 func hasID(rows []stored, id partition.UUID) bool {
 	for _, s := range rows {
 		if s.id == id {
@@ -574,8 +638,18 @@ func describeAttempt(a *Attempt, i int) string {
 	return b.String()
 }
 
-func checkTiling(p *PartitionState, add func(kind, part, tx, format string, args ...any)) {
+// checkTiling proves the segments tile [0, next_offset); with trimmed (the
+// retention mode) they tile [first segment, next_offset): retention removed
+// a prefix, never more.
+func checkTiling(p *PartitionState, trimmed bool, add func(kind, part, tx, format string, args ...any)) {
 	var expect, sum int64
+	if trimmed {
+		expect = p.NextOffset
+		if len(p.Segments) > 0 {
+			expect = p.Segments[0].FirstOffset
+		}
+		sum = expect
+	}
 	for _, s := range p.Segments {
 		if s.FrameCount <= 0 {
 			add(VOffsets, p.Name, "", "segment at first_offset %d has frame_count %d", s.FirstOffset, s.FrameCount)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -137,6 +138,36 @@ func TestStreamsShort(t *testing.T) {
 	}
 	if !strings.Contains(out, "kill9: SIGKILL") {
 		t.Errorf("no broker was killed")
+	}
+}
+
+// TestSoakShort runs the soak scenario in short mode (~30 s of load):
+// producers with retries and storms, consumers in groups (new ones racing
+// for their first pop), retention every second on a 20 s window, a broker
+// restart every 8 s. The checker, in its retention mode, must end clean; the
+// flatness verdict and the plot are printed (30 s is too short to judge
+// flatness on a shared machine, so only the long run enforces it).
+func TestSoakShort(t *testing.T) {
+	ctx, cancel := harnessContext(t)
+	defer cancel()
+	png := filepath.Join(t.TempDir(), "soak.png")
+	o, err := parseFlags([]string{"-short", "-scenario", "soak", "-png", png}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := runClean(ctx, t, o)
+	for _, want := range []string{"soak: broker A stopped with SIGTERM", "soak: broker B killed with SIGKILL",
+		"soak: verdict=", "soak: rss A", "soak: plot written to"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the short soak did not print %q", want)
+		}
+	}
+	m := regexp.MustCompile(`soak: verdict=.* popped=(\d+) acked=(\d+) restarts=(\d+) groups=(\d+)`).FindStringSubmatch(out)
+	if m == nil || m[1] == "0" || m[2] == "0" || m[4] == "0" {
+		t.Errorf("the consumers received or acknowledged nothing, or no group rotated: %v", m)
+	}
+	if fi, err := os.Stat(png); err != nil || fi.Size() == 0 {
+		t.Errorf("no plot: %v", err)
 	}
 }
 

@@ -105,7 +105,8 @@ type options struct {
 	// standbyLag freezes the primary's WAL sender this long before every
 	// other failover (0 = never).
 	standbyLag time.Duration
-	brokers    int // failover scenarios: 1 or 2 brokers
+	brokers    int    // failover scenarios: 1 or 2 brokers
+	png        string // soak: where to write the plot
 }
 
 // Scenarios.
@@ -122,6 +123,9 @@ const (
 	// default) with a stream query running beside the push load
 	// (streams.go); the checker also proves its exactly-once effects.
 	scenarioStreams = "streams"
+	// scenarioSoak: a long run with consumers, retention and broker
+	// restarts, sampled and plotted, then judged flat (soak.go).
+	scenarioSoak = "soak"
 )
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -141,9 +145,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.brokerBin, "broker-bin", "", "run this broker binary instead of building ./cmd/regina of -repo")
 	fs.IntVar(&o.parts, "partitions", 6, "partitions of the queue (p0, p1, ...)")
 	fs.Float64Var(&o.stormProb, "storms", 0.15, "share of producer turns that resend an already answered batch 1-3 times at once")
-	fs.StringVar(&o.scenario, "scenario", scenarioMixed, "mixed (one PostgreSQL, -faults round-robin), streams (mixed, kill9 and two-brokers by default, with a stream query running and checked), failover (primary + synchronous standby: kill -9 the primary, promote the standby, repeat) or failover-async (the same with an asynchronous standby)")
+	fs.StringVar(&o.scenario, "scenario", scenarioMixed, "mixed (one PostgreSQL, -faults round-robin), streams (mixed, kill9 and two-brokers by default, with a stream query running and checked), failover (primary + synchronous standby: kill -9 the primary, promote the standby, repeat), failover-async (the same with an asynchronous standby) or soak (consumers, retention and broker restarts for -duration, sampled, plotted to -png and judged flat)")
 	fs.IntVar(&o.brokers, "brokers", 2, "failover scenarios: brokers serving the whole run, traffic split (1 or 2)")
 	fs.DurationVar(&o.standbyLag, "standby-lag", time.Second, "failover scenarios: freeze the primary's WAL sender this long before every other kill (0 = never)")
+	fs.StringVar(&o.png, "png", "soak.png", "soak: write the plot of RSS, goroutines, connections, database size, latency and throughput here")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -154,6 +159,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
 	if o.short && !durationSet {
 		o.duration = 14 * time.Second
+		if o.scenario == scenarioSoak {
+			o.duration = 30 * time.Second
+		}
 	}
 	if *kinds != "" {
 		for k := range strings.SplitSeq(*kinds, ",") {
@@ -184,13 +192,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if len(o.kinds) == 0 {
 			o.kinds = []string{"kill9", "two-brokers"}
 		}
-	case scenarioFailover, scenarioFailoverAsync:
+	case scenarioFailover, scenarioFailoverAsync, scenarioSoak:
 		if len(o.kinds) > 0 {
 			return o, fmt.Errorf("-faults does not apply to -scenario %s (its fault is the failover)", o.scenario)
 		}
 	default:
-		return o, fmt.Errorf("-scenario %q: use %s, %s, %s or %s", o.scenario, scenarioMixed, scenarioStreams,
-			scenarioFailover, scenarioFailoverAsync)
+		return o, fmt.Errorf("-scenario %q: use %s, %s, %s, %s or %s", o.scenario, scenarioMixed, scenarioStreams,
+			scenarioFailover, scenarioFailoverAsync, scenarioSoak)
 	}
 	if o.brokers < 1 || o.brokers > 2 {
 		return o, fmt.Errorf("-brokers %d: use 1 or 2", o.brokers)
@@ -260,6 +268,7 @@ type runner struct {
 	pgRoot      string
 	pg          *cluster // the (current primary) PostgreSQL
 	rep         *replication
+	soak        *soakRun // the soak scenario's parts (nil otherwise)
 	lp          *loadPlan
 	clusters    []*cluster // every cluster of the run, for cleanup
 	pgBase      string     // directory holding this run's clusters
@@ -312,7 +321,7 @@ func (r *runner) faultTotal() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.counts["kill9"] + r.counts["freeze"] + r.counts["two-brokers"] + r.counts["pg-restart"] + r.counts["conn-drop"] + r.counts["slow-db"] +
-		r.counts["failover"]
+		r.counts["failover"] + r.counts["sigterm-restart"]
 }
 
 // run executes the harness and prints the verdict as its last line; it
@@ -328,6 +337,9 @@ func run(ctx context.Context, o options, w io.Writer) int {
 		eps: &endpoints{}, hist: &History{}, errs: &errorCounts{}, counts: map[string]int{},
 		rng: mrand.New(mrand.NewPCG(seed, 0x5eed))}
 	r.out.start = r.start
+	if o.scenario == scenarioSoak {
+		r.soak = &soakRun{r: r, shape: soakShapeFor(o), seen: map[key][]consumed{}}
+	}
 	if o.parts < 2 {
 		o.parts = 6
 	}
@@ -443,7 +455,7 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	}()
 
 	dbURL := ""
-	if r.o.scenario == scenarioMixed || r.o.scenario == scenarioStreams {
+	if r.o.scenario == scenarioMixed || r.o.scenario == scenarioStreams || r.o.scenario == scenarioSoak {
 		if r.pg, err = newCluster(bin, base); err != nil {
 			<-buildc
 			return nil, err
@@ -480,14 +492,18 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	onExit := func(b *broker, err error) {
 		r.violation(VBroker, "broker %s exited on its own: %v; log tail:\n%s", b.name, err, tail(b.logPath, 8))
 	}
-	r.a = &broker{name: "A", env: r.o.brokerEnv, bin: bd.path, port: ports[0], logPath: filepath.Join(r.tmp, "broker-A.log"), dbURL: dbURL, onExit: onExit}
-	r.b = &broker{name: "B", env: r.o.brokerEnv, bin: bd.path, port: ports[1], logPath: filepath.Join(r.tmp, "broker-B.log"), dbURL: dbURL, onExit: onExit}
+	env := r.o.brokerEnv
+	if r.soak != nil {
+		env = append(r.soak.shape.brokerEnv(), env...)
+	}
+	r.a = &broker{name: "A", env: env, bin: bd.path, port: ports[0], logPath: filepath.Join(r.tmp, "broker-A.log"), dbURL: dbURL, onExit: onExit}
+	r.b = &broker{name: "B", env: env, bin: bd.path, port: ports[1], logPath: filepath.Join(r.tmp, "broker-B.log"), dbURL: dbURL, onExit: onExit}
 	if err := r.a.start(ctx, false); err != nil {
 		return nil, err
 	}
 	r.eps.set(r.a.url())
 	r.logf("broker A (pid %d) serving on %s", r.a.pid(), r.a.url())
-	if r.rep != nil && r.o.brokers == 2 {
+	if r.rep != nil && r.o.brokers == 2 || r.soak != nil {
 		// Two brokers on the pair the whole run, traffic split: each one's
 		// cache must stay right about what the other wrote across failovers.
 		if err := r.b.start(ctx, false); err != nil {
@@ -509,6 +525,13 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		lp.pause = 2 * time.Millisecond
 	}
 	defer lp.client.CloseIdleConnections()
+	if r.soak != nil {
+		lp.pause = r.soak.shape.pause
+		lp.observe = r.soak.lat.add
+		if err := r.soak.configure(ctx); err != nil {
+			return nil, err
+		}
+	}
 
 	// Seed: one item per partition, so every partition row exists before
 	// the first fault (slow-db locks them).
@@ -549,7 +572,22 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	}
 	injErr := make(chan error, 1)
 	r.allKindsRan = make(chan struct{})
-	go func() { injErr <- r.inject(ctx) }()
+	soakCtx, stopSoak := context.WithCancel(ctx)
+	defer stopSoak()
+	var swg sync.WaitGroup
+	if s := r.soak; s != nil {
+		close(r.allKindsRan)
+		go func() { injErr <- s.restarts(ctx, r.loadEnd) }()
+		for c := range s.shape.mainConsumers {
+			swg.Go(func() { s.consumer(soakCtx, "soak-main", c, "", 20) })
+		}
+		swg.Go(func() { s.rotate(soakCtx) })
+		samplerCtx, stopSampler := context.WithDeadline(soakCtx, r.loadEnd)
+		defer stopSampler()
+		swg.Go(func() { s.sampler(samplerCtx) })
+	} else {
+		go func() { injErr <- r.inject(ctx) }()
+	}
 
 	sleepUntil(ctx, r.loadEnd)
 	// The load lasts until every fault kind ran once (a slow machine may
@@ -593,6 +631,11 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	if sl != nil {
 		sl.finish(ctx, r.pg.connect, r.t.drain)
 	}
+	if r.soak != nil {
+		stopSoak()
+		swg.Wait()
+		r.logf("consumers stopped: %d messages received, %d acknowledged", r.soak.popped.Load(), r.soak.acked.Load())
+	}
 
 	for _, b := range []*broker{r.b, r.a} {
 		if b.running() {
@@ -619,6 +662,10 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	}
 	attempts := r.hist.Attempts()
 	var copts CheckOptions
+	if s := r.soak; s != nil {
+		copts.Window = s.shape.window
+		copts.Consumed = s.seen
+	}
 	if r.rep != nil {
 		copts.RequireResolved = true
 		if !r.rep.sync {
@@ -627,6 +674,19 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		}
 	}
 	rep := CheckWith(attempts, st, copts)
+	if s := r.soak; s != nil {
+		grew := s.verdict()
+		title := fmt.Sprintf("regina soak: %s, 2 brokers (a restart every %s), %d producers, %d+2 consumers, window %d s, retention %d s / consumed %d s",
+			r.o.duration, s.shape.restartEvery, r.producerCount(), s.shape.mainConsumers, s.shape.window, s.shape.retention, s.shape.completed)
+		if err := s.plot(r.o.png, title); err != nil {
+			r.logf("soak: could not write %s: %v", r.o.png, err)
+		} else {
+			r.out.line("soak: plot written to %s", r.o.png)
+		}
+		if len(grew) > 0 && !r.o.short {
+			r.violation(VGrowth, "not flat after warm-up: %s", strings.Join(grew, ", "))
+		}
+	}
 	r.mu.Lock()
 	rep.Violations = append(r.extra, rep.Violations...)
 	r.mu.Unlock()
@@ -676,6 +736,9 @@ func (r *runner) summary(rep *Report) {
 				"of those stored again by a later resend under a new message_id=%d; duplicate answers naming a lost original=%d",
 				s.AsyncLost, s.AsyncLostBefore, s.AsyncMaxAge.Seconds(), s.AsyncLostAfter, s.AsyncMaxLate.Seconds(), s.AsyncRestored, s.AsyncStaleDups)
 		}
+	} else if r.soak != nil {
+		r.out.line("faults injected: broker restarts=%d (SIGTERM %d, SIGKILL %d); consumer groups created and deleted=%d",
+			c["restart"], c["sigterm-restart"], c["kill9"], c["groups"])
 	} else {
 		r.out.line("faults injected: kill9=%d freeze=%d two-brokers=%d pg-restart=%d (fast=%d immediate=%d) conn-drop=%d sweeps (%d backends) slow-db=%d lock holds; graceful-stops=%d",
 			c["kill9"], c["freeze"], c["two-brokers"], c["pg-restart"], c["pg-restart-fast"], c["pg-restart-immediate"],

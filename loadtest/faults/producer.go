@@ -98,6 +98,9 @@ type loadPlan struct {
 	repeatProb float64
 	timeout    time.Duration
 	pause      time.Duration
+	// observe, when set, is told every answered request's latency and
+	// its count of definite per-item answers (the soak's sampler).
+	observe func(time.Duration, int)
 
 	// stopNew is closed when producers must stop starting new batches.
 	stopNew chan struct{}
@@ -218,6 +221,15 @@ func (lp *loadPlan) send(ctx context.Context, b *Batch, kind Kind, broker string
 	defer func() {
 		a.End = time.Since(lp.start)
 		lp.hist.Add(a)
+		if lp.observe != nil && len(a.Results) > 0 {
+			n := 0
+			for _, r := range a.Results {
+				if r.Status.Definite() {
+					n++
+				}
+			}
+			lp.observe(a.End-a.Start, n)
+		}
 	}()
 	if broker == "" {
 		a.Err = "no broker endpoint"
