@@ -579,7 +579,7 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		close(r.allKindsRan)
 		go func() { injErr <- s.restarts(ctx, r.loadEnd) }()
 		for c := range s.shape.mainConsumers {
-			swg.Go(func() { s.consumer(soakCtx, "soak-main", c, "", 20) })
+			swg.Go(func() { s.consumer(soakCtx, "soak-main", c, "", 100) })
 		}
 		swg.Go(func() { s.rotate(soakCtx) })
 		samplerCtx, stopSampler := context.WithDeadline(soakCtx, r.loadEnd)
@@ -645,6 +645,9 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		}
 	}
 	r.logf("brokers stopped with SIGTERM; reading the database")
+	if r.soak != nil {
+		r.soak.tableSizes(ctx)
+	}
 
 	cctx, ccancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer ccancel()

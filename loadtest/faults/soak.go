@@ -57,7 +57,7 @@ func soakShapeFor(o options) soakShape {
 			sample: time.Second, pause: 20 * time.Millisecond, mainConsumers: 2}
 	}
 	s := soakShape{window: 120, completed: 30, retention: 900, sidecarMin: 60,
-		retentionEvery: 5 * time.Second, pause: 25 * time.Millisecond, mainConsumers: 3}
+		retentionEvery: 5 * time.Second, pause: 50 * time.Millisecond, mainConsumers: 4}
 	// A restart every few minutes: five per run, at least a minute apart.
 	s.restartEvery = max(o.duration/5, time.Minute)
 	s.rotateEvery = max(o.duration/8, 30*time.Second)
@@ -113,6 +113,7 @@ type sample struct {
 	goA, goB             float64
 	conns                float64
 	dbMiB                float64
+	backlog              float64 // messages soak-main has not consumed yet
 	p50, p99             float64 // ms
 	pushed, consumedRate float64 // items/s
 }
@@ -387,12 +388,14 @@ func (s *soakRun) sampler(ctx context.Context) {
 		sm.rssA, sm.goA = brokerStats(client, s.r.a)
 		sm.rssB, sm.goB = brokerStats(client, s.r.b)
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		var conns, size int64
+		var conns, size, backlog int64
 		if err := conn.QueryRow(qctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE application_name = 'regina'),
-			pg_database_size(current_database())`).Scan(&conns, &size); err == nil {
-			sm.conns, sm.dbMiB = float64(conns), float64(size)/(1<<20)
+			pg_database_size(current_database()),
+			(SELECT coalesce(sum(p.next_offset - coalesce(c.cursor_offset, 0)), 0)::bigint FROM queen.partitions p
+			   LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = 'soak-main')`).Scan(&conns, &size, &backlog); err == nil {
+			sm.conns, sm.dbMiB, sm.backlog = float64(conns), float64(size)/(1<<20), float64(backlog)
 		} else {
-			sm.conns, sm.dbMiB = math.NaN(), math.NaN()
+			sm.conns, sm.dbMiB, sm.backlog = math.NaN(), math.NaN(), math.NaN()
 			if ctx.Err() == nil {
 				// The connection may have been cut; take a new one.
 				conn.Close(context.Background())
@@ -412,6 +415,31 @@ func (s *soakRun) sampler(ctx context.Context) {
 		s.samples = append(s.samples, sm)
 		s.mu.Unlock()
 	}
+}
+
+// tableSizes prints the size of Regina's tables (with indexes and TOAST)
+// and their live and dead rows, so growth can be pinned on one.
+func (s *soakRun) tableSizes(ctx context.Context) {
+	conn, err := s.r.pg.connect(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT relname, pg_total_relation_size(relid), n_live_tup, n_dead_tup
+		  FROM pg_stat_user_tables WHERE schemaname = 'queen' ORDER BY 2 DESC`)
+	if err != nil {
+		return
+	}
+	var parts []string
+	for rows.Next() {
+		var name string
+		var size, live, dead int64
+		if rows.Scan(&name, &size, &live, &dead) == nil {
+			parts = append(parts, fmt.Sprintf("%s %.1f MiB (%d live, %d dead rows)", name, float64(size)/(1<<20), live, dead))
+		}
+	}
+	rows.Close()
+	s.r.out.line("soak: tables at the end: %s", strings.Join(parts, "; "))
 }
 
 // brokerStats reads a broker's RSS (MiB, from /proc) and goroutines (from
@@ -474,6 +502,7 @@ var flatRules = []flatRule{
 	{"goroutines B", "", 0.20, 10, true, func(s sample) float64 { return s.goB }},
 	{"pg connections", "", 0.20, 4, true, func(s sample) float64 { return s.conns }},
 	{"database size", "MiB", 0.20, 8, true, func(s sample) float64 { return s.dbMiB }},
+	{"backlog", "msgs", 0.20, 5000, true, func(s sample) float64 { return s.backlog }},
 	{"push p50", "ms", 1.0, 5, true, func(s sample) float64 { return s.p50 }},
 	{"push p99", "ms", 1.0, 20, true, func(s sample) float64 { return s.p99 }},
 	{"pushed", "items/s", 1.0, 0, false, func(s sample) float64 { return s.pushed }},
@@ -481,7 +510,7 @@ var flatRules = []flatRule{
 
 // flatRuleText states the rule as the soak prints it.
 const flatRuleText = "flat = after warm-up (first third), the median of the last third is at most the middle third's +20% " +
-	"(+8 MiB RSS and database, +10 goroutines, +4 connections); latency at most 2x (+5 ms p50, +20 ms p99); throughput at least half"
+	"(+8 MiB RSS and database, +10 goroutines, +4 connections, +5000 messages of backlog); latency at most 2x (+5 ms p50, +20 ms p99); throughput at least half"
 
 // judge applies a rule; it returns the two medians and whether the series is flat.
 func (fr flatRule) judge(samples []sample) (mid, last float64, flat bool) {
@@ -553,7 +582,7 @@ func (s *soakRun) plot(path, title string) error {
 	s.mu.Lock()
 	samples := slices.Clone(s.samples)
 	s.mu.Unlock()
-	const w, h = 1200, 1100
+	const w, h = 1200, 1250
 	c := chart.New(w, h)
 	c.Fill(c.Img.Bounds(), chart.ColBG)
 	c.Text((w-c.TextWidth(title))/2, 18, title, chart.ColText)
@@ -585,6 +614,7 @@ func (s *soakRun) plot(path, title string) error {
 		{Title: "broker goroutines", Lines: []chart.Series{series("A", blue, func(s sample) float64 { return s.goA }), series("B", orange, func(s sample) float64 { return s.goB })}},
 		{Title: "PostgreSQL connections of the brokers", Lines: []chart.Series{series("connections", green, func(s sample) float64 { return s.conns })}},
 		{Title: "database size (MiB)", Lines: []chart.Series{series("pg_database_size", red, func(s sample) float64 { return s.dbMiB })}},
+		{Title: "backlog of group soak-main (messages pushed, not yet acknowledged)", Lines: []chart.Series{series("backlog", green, func(s sample) float64 { return s.backlog })}},
 		{Title: "push latency (ms)", Lines: []chart.Series{series("p50", blue, func(s sample) float64 { return s.p50 }), series("p99", red, func(s sample) float64 { return s.p99 })}},
 		{Title: "throughput (items/s)", Lines: []chart.Series{series("pushed (answered)", blue, func(s sample) float64 { return s.pushed }), series("consumed", green, func(s sample) float64 { return s.consumedRate })}},
 	}
