@@ -574,12 +574,13 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	r.allKindsRan = make(chan struct{})
 	soakCtx, stopSoak := context.WithCancel(ctx)
 	defer stopSoak()
+	stopConsumers := make(chan struct{})
 	var swg sync.WaitGroup
 	if s := r.soak; s != nil {
 		close(r.allKindsRan)
 		go func() { injErr <- s.restarts(ctx, r.loadEnd) }()
 		for c := range s.shape.mainConsumers {
-			swg.Go(func() { s.consumer(soakCtx, "soak-main", c, "", 100) })
+			swg.Go(func() { s.consumer(soakCtx, stopConsumers, "soak-main", c, "", 100) })
 		}
 		swg.Go(func() { s.rotate(soakCtx) })
 		samplerCtx, stopSampler := context.WithDeadline(soakCtx, r.loadEnd)
@@ -632,6 +633,7 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		sl.finish(ctx, r.pg.connect, r.t.drain)
 	}
 	if r.soak != nil {
+		close(stopConsumers)
 		stopSoak()
 		swg.Wait()
 		r.logf("consumers stopped: %d messages received, %d acknowledged", r.soak.popped.Load(), r.soak.acked.Load())

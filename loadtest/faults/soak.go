@@ -154,11 +154,21 @@ func (sh soakShape) brokerEnv() []string {
 }
 
 // consumer pops from the queue in group and acknowledges everything it
-// received, until ctx ends; each pop and ack goes to a broker in turn.
-func (s *soakRun) consumer(ctx context.Context, group string, n int, from string, batch int) {
+// received, until stop is closed (it finishes the pop and ack in flight, so
+// no lease or cursor row appears after it returned) or ctx ends; each pop
+// and ack goes to a broker in turn.
+func (s *soakRun) consumer(ctx context.Context, stop <-chan struct{}, group string, n int, from string, batch int) {
 	r := s.r
 	client := r.lp.client
-	for i := 0; ctx.Err() == nil; i++ {
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return ctx.Err() != nil
+		}
+	}
+	for i := 0; !stopped(); i++ {
 		base := r.eps.pick(n + i)
 		if base == "" {
 			sleepCtx(ctx, 100*time.Millisecond)
@@ -276,13 +286,13 @@ func (s *soakRun) rotate(ctx context.Context) {
 		if k%2 == 1 {
 			from = "new"
 		}
-		gctx, stop := context.WithCancel(ctx)
+		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for c := range 2 {
-			wg.Go(func() { s.consumer(gctx, group, 100+c, from, 100) })
+			wg.Go(func() { s.consumer(ctx, stop, group, 100+c, from, 100) })
 		}
 		sleepCtxOK(ctx, s.shape.rotateEvery/2)
-		stop()
+		close(stop)
 		wg.Wait()
 		s.r.count("groups", 1)
 		if ctx.Err() != nil {
