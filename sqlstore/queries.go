@@ -10,21 +10,22 @@ import (
 
 // queries holds the store's SQL, qualified with the configured schema.
 type queries struct {
-	ensurePartition                               string
-	pushSegment                                   string
-	pushDups                                      string
-	configure                                     string
-	deleteQueue                                   string
-	deletePartitions                              string
-	deleteSegments                                string
-	deleteLogTxns                                 string
-	deleteConsumers, deleteDLQ, deleteQueueGroups string
-	listQueues                                    string
-	retentionTargets                              string
-	evictionTargets                               string
-	purgeLogTxns                                  string
-	purgeSegments                                 string
-	purgeConsumed                                 string
+	ensurePartition                                                                               string
+	pushSegment                                                                                   string
+	pushDups                                                                                      string
+	configure                                                                                     string
+	deleteQueue                                                                                   string
+	deletePartitions                                                                              string
+	deleteSegments                                                                                string
+	deleteLogTxns                                                                                 string
+	deleteConsumers, deleteDLQ, deleteQueueGroups                                                 string
+	listQueues                                                                                    string
+	retentionTargets                                                                              string
+	evictionTargets                                                                               string
+	purgeLogTxns                                                                                  string
+	purgeSegments                                                                                 string
+	purgeConsumed                                                                                 string
+	sidecarSizes, sidecarReindexLock, sidecarReindexUnlock, sidecarInvalidIndexes, sidecarReindex string
 
 	popPrepare, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
 	windowBufferBusy, readSegments, popAutoAck, popLease, popNotBefore, popNothing string
@@ -161,6 +162,15 @@ func newQueries(schema string) queries {
 				 WHERE e.expired) d
 			WHERE s.partition_id = $1 AND s.first_offset = d.first_offset`,
 	}
+	q.sidecarSizes = `SELECT coalesce(pg_relation_size(to_regclass($$queen.log_txns_hashes$$)), 0),
+		       coalesce(pg_table_size(to_regclass($$queen.log_txns$$)), 0)`
+	q.sidecarReindexLock = `SELECT pg_try_advisory_lock(hashtext($$regina.sidecar-reindex.queen$$))`
+	q.sidecarReindexUnlock = `SELECT pg_advisory_unlock(hashtext($$regina.sidecar-reindex.queen$$))`
+	// Invalid indexes on log_txns: what a cancelled REINDEX CONCURRENTLY
+	// leaves (log_txns_hashes_ccnew, ...).
+	q.sidecarInvalidIndexes = `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		 WHERE i.indrelid = to_regclass($$queen.log_txns$$) AND NOT i.indisvalid`
+	q.sidecarReindex = `REINDEX INDEX CONCURRENTLY queen.log_txns_hashes`
 	q.consumerQueries()
 	q.admin = newAdminQueries(schema)
 	q.traces = newTraceQueries(schema)
@@ -170,6 +180,7 @@ func newQueries(schema string) queries {
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,
 		&q.retentionTargets, &q.evictionTargets, &q.purgeLogTxns, &q.purgeSegments, &q.purgeConsumed,
+		&q.sidecarSizes, &q.sidecarReindexLock, &q.sidecarReindexUnlock, &q.sidecarInvalidIndexes, &q.sidecarReindex,
 		&q.popPrepare, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
 		&q.windowBufferBusy, &q.readSegments, &q.popAutoAck, &q.popLease, &q.popNotBefore, &q.popNothing,
 		&q.ackPartitionInfo, &q.lockConsumerForAck, &q.resolveOffsets, &q.updateConsumerAfterAck, &q.segmentAt,

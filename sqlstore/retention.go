@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // RetentionStats counts what one retention pass deleted.
@@ -14,6 +16,9 @@ type RetentionStats struct {
 	Segments   int64
 	// Traces counts the trace events of removed messages.
 	Traces int64
+	// SidecarReindexed is true when the pass rebuilt the hash sidecar's GIN
+	// index (see compactSidecarIndex).
+	SidecarReindexed bool
 }
 
 type retentionTarget struct {
@@ -85,7 +90,96 @@ func (s *Store) RetainOnce(ctx context.Context, batchSize int) (st RetentionStat
 			}
 		}
 	}
+	reindexed, err := s.compactSidecarIndex(ctx)
+	st.SidecarReindexed = reindexed
+	if err != nil {
+		return st, fmt.Errorf("retention: sidecar index: %w", err)
+	}
 	return st, nil
+}
+
+// Bounds of the sidecar index rebuild: the GIN index of log_txns is rebuilt
+// once it is larger than sidecarReindexMinBytes and sidecarReindexRatio
+// times its table (heap and TOAST). A fresh index is about 2.5 times its
+// table.
+const (
+	sidecarReindexMinBytes = 16 << 20
+	sidecarReindexRatio    = 8
+)
+
+// compactSidecarIndex rebuilds queen.log_txns_hashes (REINDEX INDEX
+// CONCURRENTLY: pushes, probes and acks go on) when it has outgrown its
+// table. Every hash is a key of its own in the GIN entry tree, and
+// PostgreSQL never removes entry-tree keys, even once VACUUM has emptied
+// their posting lists: with a window of any length the index grows with
+// every hash ever pushed (a soak measured it), while the table stays the
+// size of the window. One broker at a time rebuilds (a session advisory
+// lock); an invalid index a cancelled rebuild left behind is dropped first.
+func (s *Store) compactSidecarIndex(ctx context.Context) (bool, error) {
+	minBytes := s.sidecarReindexMin
+	if minBytes <= 0 {
+		minBytes = sidecarReindexMinBytes
+	}
+	var idx, tbl int64
+	if err := s.pool.QueryRow(ctx, s.sql.sidecarSizes).Scan(&idx, &tbl); err != nil {
+		return false, classify(err)
+	}
+	if idx < minBytes || idx < sidecarReindexRatio*tbl {
+		return false, nil
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, classify(err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, s.sql.sidecarReindexLock).Scan(&locked); err != nil {
+		return false, classify(err)
+	}
+	if !locked {
+		return false, nil
+	}
+	defer func() {
+		if _, err := conn.Exec(context.Background(), s.sql.sidecarReindexUnlock); err != nil {
+			conn.Conn().Close(context.Background()) //nolint:errcheck // the session (and its lock) goes
+		}
+	}()
+	start := time.Now()
+	// The rebuild reads the whole table: no statement timeout for it (RESET
+	// afterwards returns to the connection's own).
+	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		return false, classify(err)
+	}
+	defer conn.Exec(context.Background(), "RESET statement_timeout") //nolint:errcheck // a broken session is dropped by the pool
+	var leftovers []string
+	rows, err := conn.Query(ctx, s.sql.sidecarInvalidIndexes)
+	if err != nil {
+		return false, classify(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return false, classify(err)
+		}
+		leftovers = append(leftovers, name)
+	}
+	rows.Close()
+	for _, name := range leftovers {
+		if _, err := conn.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+pgx.Identifier{s.schema, name}.Sanitize()); err != nil {
+			return false, classify(err)
+		}
+	}
+	if _, err := conn.Exec(ctx, s.sql.sidecarReindex); err != nil {
+		return false, classify(err)
+	}
+	var after int64
+	if err := conn.QueryRow(ctx, s.sql.sidecarSizes).Scan(&after, &tbl); err != nil {
+		return true, classify(err)
+	}
+	s.log.Info().Int64("index_bytes_before", idx).Int64("index_bytes_after", after).Int64("table_bytes", tbl).
+		Dur("took", time.Since(start)).Msg("hash sidecar index rebuilt")
+	return true, nil
 }
 
 func (s *Store) purge(ctx context.Context, sql string, id [16]byte, seconds, batchSize int) (int64, error) {

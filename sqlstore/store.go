@@ -67,6 +67,9 @@ type Config struct {
 	// completedRetentionSeconds, SidecarMinSeconds) seconds; 0 means
 	// partition.MinSidecarRetentionSeconds (900).
 	SidecarMinSeconds int
+	// SidecarReindexMinBytes is the size under which the hash sidecar's
+	// GIN index is never rebuilt; 0 means 16 MiB (tests lower it).
+	SidecarReindexMinBytes int64
 }
 
 // Store is Regina's PostgreSQL state. It is safe for concurrent use.
@@ -84,6 +87,8 @@ type Store struct {
 	warned *cryptWarnings
 	// sidecarMin is Config.SidecarMinSeconds (defaulted).
 	sidecarMin int
+	// sidecarReindexMin is Config.SidecarReindexMinBytes.
+	sidecarReindexMin int64
 }
 
 // Open connects, applies migrations and returns a ready Store.
@@ -136,7 +141,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	return &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema),
 		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
-		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds}, nil
+		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds,
+		sidecarReindexMin: cfg.SidecarReindexMinBytes}, nil
 }
 
 // Close waits for in-use connections to be returned and closes the pool.
