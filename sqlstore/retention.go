@@ -104,7 +104,7 @@ func (s *Store) RetainOnce(ctx context.Context, batchSize int) (st RetentionStat
 // table.
 const (
 	sidecarReindexMinBytes = 16 << 20
-	sidecarReindexRatio    = 8
+	sidecarReindexRatio    = 4
 )
 
 // compactSidecarIndex rebuilds queen.log_txns_hashes (REINDEX INDEX
