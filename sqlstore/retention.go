@@ -141,7 +141,7 @@ func (s *Store) compactSidecarIndex(ctx context.Context) (bool, error) {
 	}
 	defer func() {
 		if _, err := conn.Exec(context.Background(), s.sql.sidecarReindexUnlock); err != nil {
-			conn.Conn().Close(context.Background()) //nolint:errcheck // the session (and its lock) goes
+			_ = conn.Conn().Close(context.Background()) // the session (and its lock) goes
 		}
 	}()
 	start := time.Now()
