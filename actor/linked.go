@@ -13,6 +13,9 @@ import (
 type LinkedStore interface {
 	// Pop delivers messages (it never waits).
 	Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.PopResult, error)
+	// HasWork reports whether a pop like req could get messages now (it
+	// takes nothing).
+	HasWork(ctx context.Context, req reginatype.PopRequest) (bool, error)
 	// Transaction runs pushes and acks atomically.
 	Transaction(ctx context.Context, pushes []reginatype.TxnPush, acks []reginatype.TxnAck,
 		leases []partition.UUID) (reginatype.TxnResult, error)
@@ -33,26 +36,21 @@ type LinkedStore interface {
 type Linked struct {
 	reg   *Registry
 	store LinkedStore
+	polls pollers
 }
 
 // Link returns the store's linked calls for this registry.
 func (r *Registry) Link(store LinkedStore) *Linked { return &Linked{reg: r, store: store} }
 
-// Long-poll re-check schedule: an in-process push wakes a waiting pop at
-// once; pushes through other brokers are seen by re-checking, starting at
-// pollMin and doubling up to pollMax.
-const (
-	pollMin = 100 * time.Millisecond
-	pollMax = time.Second
-)
-
-// Pop delivers messages. With wait > 0 an empty pop waits up to wait for a
-// push to the queue and tries again (woken at once by a push through this
-// broker; pushes through other brokers are seen within pollMax), returning
-// empty when the time is up, ctx ends or the registry closes.
+// Pop delivers messages. With wait > 0 an empty pop waits up to wait for
+// work and tries again, returning empty when the time is up, ctx ends or the
+// registry closes. It is woken at once by a push through this broker, and
+// otherwise by the poller of its (queue, group, partition): one store check
+// every pollInterval shared by every pop waiting on that key (pushes through
+// other brokers, leases that expired, delays that ended), so PostgreSQL is
+// not polled once per waiting request.
 func (l *Linked) Pop(ctx context.Context, req reginatype.PopRequest, wait time.Duration) (reginatype.PopResult, error) {
 	deadline := time.Now().Add(wait)
-	backoff := pollMin
 	for {
 		// Subscribe before looking, so a push that lands in between wakes us.
 		woken := l.reg.signals.wait(req.Queue)
@@ -64,20 +62,30 @@ func (l *Linked) Pop(ctx context.Context, req reginatype.PopRequest, wait time.D
 		if left <= 0 {
 			return res, nil
 		}
-		t := time.NewTimer(min(backoff, left))
+		if res.Empty == "queue_not_found" {
+			// Nothing to poll yet: the queue's first push through this
+			// broker wakes us; one through another broker is seen at the
+			// next look, a poll interval on.
+			left = min(left, pollInterval)
+		}
+		ready := l.polls.join(l, req)
+		t := time.NewTimer(left)
+		var done bool
 		select {
 		case <-woken:
-			backoff = pollMin
+		case <-ready:
 		case <-t.C:
-			backoff = min(backoff*2, pollMax)
+			done = res.Empty != "queue_not_found" || time.Until(deadline) <= 0
 		case <-ctx.Done():
-			t.Stop()
-			return res, nil
+			done = true
 		case <-l.reg.stop:
-			t.Stop()
-			return res, nil
+			done = true
 		}
 		t.Stop()
+		l.polls.leave(req)
+		if done {
+			return res, nil
+		}
 	}
 }
 

@@ -17,7 +17,9 @@ import (
 )
 
 // pushBacklog pushes n messages (200-byte payloads, real transaction-id
-// hashes, so acks resolve) to queue/part in one push transaction.
+// hashes, so acks resolve) to queue/part, 10 per push transaction (a pop
+// reads and decodes the whole segment covering its cursor, so one huge
+// segment would measure decoding, not finding work).
 func pushBacklog(b *testing.B, st *sqlstore.Store, queue, part string, n int) {
 	b.Helper()
 	ctx := context.Background()
@@ -26,15 +28,17 @@ func pushBacklog(b *testing.B, st *sqlstore.Store, queue, part string, n int) {
 		b.Fatal(err)
 	}
 	payload := []byte(`{"data":"` + strings.Repeat("x", 180) + `"}`)
-	batch := &reginatype.PushBatch{Partition: ref.ID, WindowHint: ref.WindowSeconds, Watermark: reginatype.NoWatermark}
 	run := runID.Add(1)
-	for i := range n {
-		tx := strconv.FormatInt(run, 10) + ":" + part + ":" + strconv.Itoa(i)
-		batch.Add(partition.HashTxID(tx), partition.NewV7(),
-			&partition.Body{CreatedAt: time.Now().UnixMicro(), TransactionID: tx, Payload: payload})
-	}
-	if _, err := st.Push(ctx, batch); err != nil {
-		b.Fatal(err)
+	for from := 0; from < n; from += 10 {
+		batch := &reginatype.PushBatch{Partition: ref.ID, WindowHint: ref.WindowSeconds, Watermark: reginatype.NoWatermark}
+		for i := from; i < min(from+10, n); i++ {
+			tx := strconv.FormatInt(run, 10) + ":" + part + ":" + strconv.Itoa(i)
+			batch.Add(partition.HashTxID(tx), partition.NewV7(),
+				&partition.Body{CreatedAt: time.Now().UnixMicro(), TransactionID: tx, Payload: payload})
+		}
+		if _, err := st.Push(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -21,6 +21,19 @@ func (q *queries) consumerQueries() {
 		 ORDER BY c.avail_at
 		 LIMIT $3
 		   FOR UPDATE OF c SKIP LOCKED`
+	// Whether the group has a cursor row it could be served from now (the
+	// named partition's when $3 is not NULL); rows another pop holds count.
+	q.popHasWork = `SELECT EXISTS (SELECT 1 FROM queen.consumers c
+		 WHERE c.queue_id = $1 AND c.consumer_group = $2 AND c.known_end > c.cursor_offset
+		   AND c.avail_at <= now()
+		   AND ($3::text IS NULL OR c.partition_id = (SELECT p.id FROM queen.partitions p
+		                                              WHERE p.queue_id = $1 AND p.name = $3)))`
+	// After a reconfiguration (windowBuffer or delayedProcessing may have
+	// shrunk): every cursor row of the queue waiting for a time that is not
+	// a live lease's expiry is ready now; a pop re-checks it.
+	q.readyAfterConfigure = `UPDATE queen.consumers SET avail_at = now()
+		 WHERE queue_id = $1 AND known_end > cursor_offset AND avail_at > now()
+		   AND (lease_id IS NULL OR lease_expires_at <= now())`
 	// A new cursor starts at 0, or for a group with a start point at the
 	// first segment created after it (the partition's end when none is).
 	// A named-partition pop makes it started.

@@ -138,6 +138,30 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 	return res, nil
 }
 
+// HasWork reports whether a pop like req could be served now, without
+// taking anything: it catches the group up (as a pop does) and looks in the
+// ready index. Long polls ask it once per interval per (queue, group,
+// partition), not once per waiting request.
+func (s *Store) HasWork(ctx context.Context, req reginatype.PopRequest) (bool, error) {
+	if req.Group == "" {
+		req.Group = reginatype.QueueModeGroup
+	}
+	part := req.Partition
+	req.Partition = "" // catch up, as an any-partition pop does
+	q, _, found, err := s.popPrepare(ctx, &req)
+	if err != nil {
+		return false, fmt.Errorf("has work %s: %w", req.Queue, classify(err))
+	}
+	if !found {
+		return false, nil
+	}
+	var has bool
+	if err := s.pool.QueryRow(ctx, s.sql.popHasWork, q.id, req.Group, nullIfEmpty(part)).Scan(&has); err != nil {
+		return false, fmt.Errorf("has work %s: %w", req.Queue, classify(err))
+	}
+	return has, nil
+}
+
 // popPrepare runs queen.pop_prepare (the queue, the group's start point and,
 // for an any-partition pop, the group's catch-up), retrying a deadlock with
 // a concurrent seek or transaction.

@@ -27,7 +27,7 @@ type queries struct {
 	purgeConsumed                                                                                 string
 	sidecarSizes, sidecarReindexLock, sidecarReindexUnlock, sidecarInvalidIndexes, sidecarReindex string
 
-	popPrepare, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
+	popPrepare, popHasWork, readyAfterConfigure, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
 	windowBufferBusy, readSegments, popAutoAck, popLease, popNotBefore, popNothing string
 	ackPartitionInfo, lockConsumerForAck, resolveOffsets, updateConsumerAfterAck, segmentAt,
 	insertDLQ, extendLease string
@@ -181,7 +181,7 @@ func newQueries(schema string) queries {
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,
 		&q.retentionTargets, &q.evictionTargets, &q.purgeLogTxns, &q.purgeSegments, &q.purgeConsumed,
 		&q.sidecarSizes, &q.sidecarReindexLock, &q.sidecarReindexUnlock, &q.sidecarInvalidIndexes, &q.sidecarReindex,
-		&q.popPrepare, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
+		&q.popPrepare, &q.popHasWork, &q.readyAfterConfigure, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
 		&q.windowBufferBusy, &q.readSegments, &q.popAutoAck, &q.popLease, &q.popNotBefore, &q.popNothing,
 		&q.ackPartitionInfo, &q.lockConsumerForAck, &q.resolveOffsets, &q.updateConsumerAfterAck, &q.segmentAt,
 		&q.insertDLQ, &q.extendLease,

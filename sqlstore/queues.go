@@ -22,8 +22,15 @@ func (s *Store) Configure(ctx context.Context, queue, namespace, task string, o 
 		if err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, s.sql.ensurePartition, queue, reginatype.DefaultPartition, namespace, task).
+		err = tx.QueryRow(ctx, s.sql.ensurePartition, queue, reginatype.DefaultPartition, namespace, task).
 			Scan((*uuidScanner)(&out.DefaultPartitionID), new(uuidScanner), new(int), new(string), new(bool))
+		if err != nil {
+			return err
+		}
+		// Waits computed from the old windowBuffer or delayedProcessing end
+		// now: the next pop re-checks them with the new options.
+		_, err = tx.Exec(ctx, s.sql.readyAfterConfigure, [16]byte(out.QueueID))
+		return err
 	})
 	if err != nil {
 		return out, fmt.Errorf("configure %s: %w", queue, classify(err))

@@ -169,3 +169,40 @@ func TestPopServesTheLongestWaitingFirst(t *testing.T) {
 		require.Equal(t, []string{q + "-a-0", q + "-b-0", q + "-c-0", q + "-a-1", q + "-a-2"}, order)
 	}
 }
+
+// TestLongPollIsWokenByAPushThroughAnotherBroker: a long poll waiting on one
+// broker returns a message pushed through another (its poller sees it; no
+// in-process signal reaches it), for queue mode and a named group at once.
+func TestLongPollIsWokenByAPushThroughAnotherBroker(t *testing.T) {
+	t.Parallel()
+	schema := sqlstoretest.NewSchema(t)
+	b1 := startBroker(t, schema, nil)
+	b2 := startBroker(t, schema, nil)
+	b2.configure(t, "lp2", map[string]any{})
+	got := make(chan popResponse, 2)
+	for _, g := range []url.Values{{}, {"consumerGroup": {"g"}}} {
+		go func() {
+			v := url.Values{"wait": {"true"}, "timeout": {"60000"}}
+			maps.Copy(v, g)
+			got <- b1.pop(t, "lp2", "", v)
+		}()
+	}
+	b2.push(t, item{"queue": "lp2", "partition": "x", "transactionId": "far"})
+	for range 2 {
+		r := <-got
+		require.Len(t, r.Messages, 1)
+		require.Equal(t, "far", r.Messages[0].TransactionID)
+	}
+}
+
+// TestReconfigureEndsAWindowBufferWait: a partition held back by
+// windowBuffer is served at once after the queue is reconfigured without it.
+func TestReconfigureEndsAWindowBufferWait(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	b.configure(t, "wb", map[string]any{"windowBuffer": 3600})
+	pushN(t, b, "wb", "Default", 0, 1)
+	require.Empty(t, b.pop(t, "wb", "", nil).Messages, "held by windowBuffer")
+	b.configure(t, "wb", map[string]any{})
+	require.Len(t, b.pop(t, "wb", "", nil).Messages, 1)
+}
