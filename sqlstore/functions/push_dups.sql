@@ -8,7 +8,8 @@
 -- and runs push_segment's probe, with the same window rule (the original's
 -- stored created_at against the database clock) and the same watermark rule,
 -- but without FOR UPDATE: it is STABLE, so every statement reads the calling
--- statement's snapshot, assigns no transaction id and writes no WAL.
+-- statement's snapshot, assigns no transaction id and writes no WAL (except
+-- with a synchronous standby, below).
 --
 -- status 'ok' when every item was found: the other columns are then exactly
 -- what push_segment would answer for the same snapshot (first_offset -1,
@@ -89,5 +90,16 @@ BEGIN
     END IF;
     IF cardinality(dup_idx) = n THEN
         status := 'ok';
+        -- With a synchronous standby, a verdict may name only originals the
+        -- standby holds. A commit is visible only after its standby wait,
+        -- except when the wait ends early because the postmaster died: the
+        -- row is then visible on the dying primary and lost after failover.
+        -- A transactional WAL record gives this statement's commit a standby
+        -- wait of its own, for WAL that lies after every commit it read; if
+        -- the primary dies meanwhile, no answer reaches the broker (outcome
+        -- unknown, retried) instead of a verdict naming a lost original.
+        IF current_setting('synchronous_standby_names') <> '' THEN
+            PERFORM pg_logical_emit_message(true, 'regina.duplicate', ''::bytea);
+        END IF;
     END IF;
 END $$;

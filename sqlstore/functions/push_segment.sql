@@ -152,8 +152,15 @@ BEGIN
     status := 'ok';
     IF cardinality(dup_idx) = n THEN
         -- Every item is a duplicate: nothing is written. The row lock gave the
-        -- transaction an xid, so make its commit skip the WAL flush wait.
-        PERFORM set_config('synchronous_commit', 'off', true);
+        -- transaction an xid, so make its commit skip the WAL flush wait,
+        -- unless a synchronous standby is configured: then the commit waits
+        -- for the standby, which proves the originals named in the answer
+        -- are there too (a commit that ended its standby wait early, when its
+        -- postmaster died, is visible on the old primary and yet lost; see
+        -- docs/reliability.md).
+        IF current_setting('synchronous_standby_names') = '' THEN
+            PERFORM set_config('synchronous_commit', 'off', true);
+        END IF;
         RETURN;
     END IF;
 
