@@ -324,10 +324,14 @@ func (r readiness) Readiness(ctx context.Context) reginatype.Readiness {
 			Version: st.Schema.Version, Expected: st.Schema.Expected}
 	}
 	p := r.reg.Pressure()
-	out.Mailboxes = reginatype.ReadinessCheck{OK: p.Full == 0, Actors: p.Actors, Depth: p.Depth, Full: p.Full,
-		Fullest: p.Fullest}
-	if p.Full > 0 {
-		out.Mailboxes.Error = fmt.Sprintf("%d partition mailbox(es) at their bound: pushes to them are refused", p.Full)
+	// One hot partition at its bound is that partition's back-pressure (its
+	// pushes get 503), not a reason to take the whole broker out of a load
+	// balancer: not ready only when at least half the live mailboxes are full.
+	out.Mailboxes = reginatype.ReadinessCheck{OK: p.Full*2 < p.Actors || p.Full == 0, Actors: p.Actors, Depth: p.Depth,
+		Full: p.Full, Fullest: p.Fullest}
+	if !out.Mailboxes.OK {
+		out.Mailboxes.Error = fmt.Sprintf("%d of %d partition mailboxes at their bound: pushes to them are refused",
+			p.Full, p.Actors)
 	}
 	return out
 }
