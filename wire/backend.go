@@ -145,6 +145,7 @@ type Backend struct {
 	Stats        StatsStore
 	Pinger       Pinger
 	Readiness    Readiness
+	Maintenance  Maintenance
 }
 
 // mustBeComplete panics naming the first nil field.
@@ -158,6 +159,7 @@ func (b *Backend) mustBeComplete() {
 		{"QueueDeleter", b.QueueDeleter == nil}, {"Admin", b.Admin == nil}, {"Groups", b.Groups == nil},
 		{"Traces", b.Traces == nil}, {"Streams", b.Streams == nil}, {"Cycler", b.Cycler == nil},
 		{"Stats", b.Stats == nil}, {"Pinger", b.Pinger == nil}, {"Readiness", b.Readiness == nil},
+		{"Maintenance", b.Maintenance == nil},
 	} {
 		if f.nil {
 			panic("wire.New: Backend." + f.name + " is nil")

@@ -18,6 +18,7 @@ type nilBackend struct {
 	StatsStore
 	Pinger
 	readiness
+	Maintenance
 }
 
 // readiness names Readiness so that its method is not shadowed by the
@@ -28,5 +29,6 @@ type readiness = Readiness
 func newNilBackend() Backend {
 	n := nilBackend{}
 	return Backend{Pusher: n, Popper: n, Acker: n, Transactor: n, Replayer: n, QueueDeleter: n, Admin: n,
-		Groups: n, Traces: n, Streams: n, Cycler: n, Stats: n, Pinger: n, Readiness: n}
+		Groups: n, Traces: n, Streams: n, Cycler: n, Stats: n, Pinger: n, Readiness: n,
+		Maintenance: n}
 }

@@ -115,6 +115,10 @@ func (s *Server) handlePop(ctx *fasthttp.RequestCtx, queue, part string) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
+	var paused bool
+	if p.Wait, paused = s.popPaused(ctx, p.Wait); paused {
+		return
+	}
 	if p.Wait > 0 {
 		s.stats.parkedDelta(queue, 1)
 	}

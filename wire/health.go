@@ -20,18 +20,20 @@ import (
 // in Queen's shape. A broker still connecting to its database answers 503.
 func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
 	status, db, code := "healthy", "connected", fasthttp.StatusOK
+	var mst reginatype.MaintenanceState // what this broker applies (none while starting)
 	if s.ready.Load() {
 		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := s.b.Pinger.Ping(c); err != nil {
 			status, db, code = "unhealthy", "disconnected", fasthttp.StatusServiceUnavailable
 		}
+		mst = s.b.Maintenance.Current()
 	} else {
 		status, db, code = "unhealthy", "disconnected", fasthttp.StatusServiceUnavailable
 	}
 	writeJSON(ctx, code, map[string]any{
 		"status": status, "database": db, "server": "Regina", "version": Version, "worker_id": 0,
-		"shared_state": map[string]any{"enabled": false},
+		"shared_state": map[string]any{"enabled": false, "maintenance_mode": mst.Push, "pop_maintenance_mode": mst.Pop},
 		"queen":        map[string]any{"worker_id": 0, "status": "active"},
 	})
 }

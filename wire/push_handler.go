@@ -10,7 +10,8 @@ import (
 )
 
 // handlePush serves POST /api/v1/push: 201 with one result per item, in
-// request order. Items of different partitions commit independently; when
+// request order; 503 (retryable, nothing written) while push maintenance is
+// on. Items of different partitions commit independently; when
 // some partitions fail and others commit, the failed items say so
 // (status "failed", "error", "retryable"); when all fail, the status is 5xx.
 func (s *Server) handlePush(ctx *fasthttp.RequestCtx) {
@@ -21,6 +22,10 @@ func (s *Server) handlePush(ctx *fasthttp.RequestCtx) {
 	}
 	if len(items) == 0 {
 		writeRaw(ctx, fasthttp.StatusCreated, []byte("[]"))
+		return
+	}
+	if s.b.Maintenance.Current().Push {
+		refusePushForMaintenance(ctx)
 		return
 	}
 	// A producerSub in the body is never read: the token's sub is stamped.

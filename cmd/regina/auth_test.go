@@ -146,7 +146,8 @@ func (d *db) fingerprint(t *testing.T) string {
 		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.consumer_groups x),
 		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.dlq x),
 		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.streams_queries x),
-		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.streams_state x))`)).Scan(&out)
+		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.streams_state x),
+		(SELECT md5(coalesce(string_agg(x::text, ',' ORDER BY x::text), '')) FROM queen.maintenance x))`)).Scan(&out)
 	require.NoError(t, err)
 	return out
 }
@@ -313,6 +314,8 @@ func (f *routeFixture) body(r wire.Route) any {
 	case r.Pattern == "/streams/v1/cycle", r.Pattern == "/streams/v1/state/get":
 		return map[string]any{"query_id": f.partitionID, "partition_id": f.partitionID,
 			"push_items": []item{{"queue": "q3", "payload": 1}}}
+	case strings.Contains(r.Pattern, "/system/maintenance"):
+		return map[string]any{"enabled": false}
 	}
 	return map[string]any{"seconds": 120}
 }

@@ -39,6 +39,10 @@ type Config struct {
 	// RetentionSidecarMinSeconds is the floor of the hash sidecar's depth
 	// (RETENTION_SIDECAR_MIN_SECONDS).
 	RetentionSidecarMinSeconds int
+	// MaintenanceRefresh is how often the maintenance switches are re-read
+	// from the database (a switch flipped through another broker takes
+	// effect here within it).
+	MaintenanceRefresh time.Duration
 
 	// EvictionInterval and EvictionBatchSize drive the maxWaitTimeSeconds
 	// pass (Queen's EVICTION_INTERVAL and EVICTION_BATCH_SIZE).
@@ -168,6 +172,9 @@ var settings = []setting{
 	{env: "RETENTION_SIDECAR_MIN_SECONDS", flag: "retention-sidecar-min-seconds", def: "900",
 		help: "keep every segment's hashes at least this long (acks resolve through them)", min: 1,
 		field: func(c *Config) any { return &c.RetentionSidecarMinSeconds }},
+	{env: "MAINTENANCE_REFRESH", flag: "maintenance-refresh", def: "1000",
+		help: "ms between reads of the maintenance switches (set through another broker)", min: 1,
+		field: func(c *Config) any { return &c.MaintenanceRefresh }},
 	{env: "QUEEN_DEDUP_CACHE", flag: "dedup-cache", def: "true", help: "in-window hash cache on or off",
 		zeroIsValue: true, field: func(c *Config) any { return &c.DedupCache }},
 	{env: "QUEEN_DEDUP_CACHE_MB", flag: "dedup-cache-mb", def: "512", help: "hash cache memory budget in MiB", min: 1,

@@ -45,6 +45,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		RetentionSidecarMinSeconds: 900,
 		EvictionInterval:           time.Minute,
 		EvictionBatchSize:          1000,
+		MaintenanceRefresh:         time.Second,
 		DedupCache:                 true,
 		DedupCacheMB:               512,
 		MailboxMaxItems:            10_000,

@@ -135,6 +135,16 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	defer store.Close()
 	logEncryption(ctx, log, store, key != nil)
 
+	// The maintenance switches, read before serving: a broker started while
+	// push maintenance is on refuses pushes from its first request.
+	maint, err := store.NewMaintenance(ctx)
+	if err != nil {
+		return err
+	}
+	if st := maint.Current(); st.Push || st.Pop {
+		log.Warn().Bool("push", st.Push).Bool("pop", st.Pop).Msg("maintenance mode is on")
+	}
+
 	// The dedup cache only lowers the probe's span; off (or evicted) it
 	// changes no verdict.
 	cacheBudget := int64(cfg.DedupCacheMB) << 20
@@ -166,7 +176,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	linked := reg.Link(store)
 	srv.Start(wire.Backend{
 		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
-		Acker: store, Admin: configuringAdmin{store, reg}, Groups: store, Traces: store, Stats: store, Pinger: store,
+		Acker: store, Admin: configuringAdmin{store, reg}, Groups: store, Traces: store, Stats: store, Pinger: store, Maintenance: maint,
 		Streams: store, Cycler: linked, Readiness: readiness{store: store, reg: reg},
 	})
 
@@ -182,7 +192,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}
 
 	retCtx, stopRetention := context.WithCancel(context.Background())
-	retDone := make(chan struct{})
+	retDone, maintDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(retDone)
 		store.RunRetention(retCtx, cfg.RetentionInterval, cfg.RetentionBatchSize)
@@ -191,6 +201,10 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	go func() {
 		defer close(evictDone)
 		store.RunEviction(retCtx, cfg.EvictionInterval, cfg.EvictionBatchSize)
+	}()
+	go func() {
+		defer close(maintDone)
+		maint.Run(retCtx, cfg.MaintenanceRefresh)
 	}()
 
 	// The status and analytics counters: written about once a minute and
@@ -238,6 +252,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	<-evictDone
 	stopStats()
 	<-statsDone
+	<-maintDone
 	log.Info().Msg("regina stopped")
 	return runErr
 }
