@@ -35,6 +35,20 @@ type Frame struct {
 	Body
 }
 
+// Deleted reports whether the frame is a tombstone: a message deleted
+// through the API (see Tombstone). Its message id is the zero UUID, which
+// the broker never mints.
+func (f *Frame) Deleted() bool { return f.MessageID.IsZero() }
+
+// Tombstone turns the frame into the tombstone of a deleted message: the
+// zero message id, a null payload, no trace id and no producer. The offset
+// (its place in the segment), the transaction id and the creation time stay.
+func (f *Frame) Tombstone() {
+	f.MessageID = ZeroUUID
+	f.Payload = []byte("null")
+	f.TraceID, f.HasTrace, f.ProducerSub = UUID{}, false, ""
+}
+
 // Body is the part of a frame after its message id.
 type Body struct {
 	// CreatedAt is when the broker accepted the message, in Unix microseconds.

@@ -412,3 +412,26 @@ func TestDecodeBodyProducerFlagWithEmptySubject(t *testing.T) {
 	require.Equal(t, "s", b.ProducerSub)
 	require.Equal(t, enc, AppendBody(nil, &b))
 }
+
+// A tombstone keeps its place, transaction id and time, loses everything
+// else, and survives the segment codec.
+func TestTombstone(t *testing.T) {
+	t.Parallel()
+	live := Frame{MessageID: UUID{1, 2, 3}, Body: Body{CreatedAt: 42, TransactionID: "order-1",
+		TraceID: UUID{9}, HasTrace: true, ProducerSub: "billing", Payload: []byte(`{"card":"4111"}`)}}
+	other := Frame{MessageID: UUID{4}, Body: Body{CreatedAt: 43, TransactionID: "order-2", Payload: []byte(`2`)}}
+	require.False(t, live.Deleted())
+	dead := live
+	dead.Tombstone()
+	require.True(t, dead.Deleted())
+	require.Equal(t, Frame{Body: Body{CreatedAt: 42, TransactionID: "order-1", Payload: []byte("null")}}, dead)
+	seg := EncodeSegment([]Frame{dead, other})
+	require.False(t, bytes.Contains(seg, []byte("4111")))
+	require.False(t, bytes.Contains(seg, []byte("billing")))
+	got, err := DecodeSegment(seg, 2)
+	require.NoError(t, err)
+	require.Equal(t, []Frame{dead, other}, got)
+	id, err := SegmentMessageID(seg, 2, 0)
+	require.NoError(t, err)
+	require.True(t, id.IsZero())
+}

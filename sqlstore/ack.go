@@ -223,6 +223,9 @@ func (s *Store) moveToDLQ(ctx context.Context, tx pgx.Tx, pid [16]byte, group st
 		return nil
 	}
 	f := fs[k]
+	if f.Deleted() {
+		return nil // deleted through the API: nothing left to keep
+	}
 	if errMsg == "" {
 		errMsg = "Retries exhausted"
 	}

@@ -200,6 +200,9 @@ func (s *Store) ListMessages(ctx context.Context, f reginatype.MessageFilter) ([
 						continue
 					}
 					k := count - 1 - j
+					if fs[k].Deleted() {
+						continue // a tombstone: counted in total, never listed
+					}
 					off := first + int64(k)
 					s.reveal(&fs[k].Body)
 					out = append(out, reginatype.StoredMessage{Frame: fs[k], Offset: off, PartitionID: pid, Partition: part,
@@ -217,7 +220,7 @@ func (s *Store) ListMessages(ctx context.Context, f reginatype.MessageFilter) ([
 // GetMessage returns the message of a partition with the transaction id: the
 // newest stored copy the hash sidecar knows (with deduplication on there is
 // one per window). ok is false when the sidecar does not know it (never
-// stored, or aged out) or its segment was removed.
+// stored, or aged out), its segment was removed or it was deleted.
 func (s *Store) GetMessage(ctx context.Context, partitionID partition.UUID, txID string) (reginatype.StoredMessage, bool, error) {
 	var (
 		m  reginatype.StoredMessage
@@ -251,6 +254,9 @@ func (s *Store) GetMessage(ctx context.Context, partitionID partition.UUID, txID
 			fs, err := partition.DecodeSegment(frames, count)
 			if err != nil {
 				return fmt.Errorf("segment %d: %w", first, err)
+			}
+			if fs[k].Deleted() {
+				return nil
 			}
 			s.reveal(&fs[k].Body)
 			m.Frame, m.Offset, m.PartitionID = fs[k], off, partitionID

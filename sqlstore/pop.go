@@ -202,6 +202,29 @@ func isRetryableTxError(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }
 
+// popSegment is a stored segment as a pop reads it.
+type popSegment struct {
+	first   int64
+	count   int
+	created time.Time
+	frames  []byte
+}
+
+// readSegmentsFrom reads the segment covering offset from and the ones
+// after it, up to limit+1 segments (enough for limit messages when none is
+// a tombstone).
+func (s *Store) readSegmentsFrom(ctx context.Context, tx pgx.Tx, pid [16]byte, from int64, limit int) ([]popSegment, error) {
+	rows, err := tx.Query(ctx, s.sql.readSegments, pid, from, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (popSegment, error) {
+		var sg popSegment
+		err := r.Scan(&sg.first, &sg.count, &sg.created, &sg.frames)
+		return sg, err
+	})
+}
+
 // popPartition delivers up to limit messages of one partition to the group.
 // The caller made sure the cursor row exists (an any-partition candidate
 // comes locked). When nothing is delivered it says why ("lease_held",
@@ -244,29 +267,6 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 			return notBefore(*until, "window_buffer")
 		}
 	}
-	rows, err := tx.Query(ctx, s.sql.readSegments, pid, cur.cursor, limit)
-	if err != nil {
-		return nil, "", err
-	}
-	type seg struct {
-		first   int64
-		count   int
-		created time.Time
-		frames  []byte
-	}
-	var segs []seg
-	for rows.Next() {
-		var sg seg
-		if err := rows.Scan(&sg.first, &sg.count, &sg.created, &sg.frames); err != nil {
-			rows.Close()
-			return nil, "", err
-		}
-		segs = append(segs, sg)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, "", err
-	}
 	var now time.Time
 	if q.delayed > 0 {
 		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
@@ -275,29 +275,45 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 	}
 	var out []reginatype.PoppedMessage
 	var hiddenUntil time.Time
-segments:
-	for _, sg := range segs {
-		frames, err := partition.DecodeSegment(sg.frames, sg.count)
+	// Tombstones (deleted messages) are skipped; when they leave the batch
+	// short and the read was cut by its limit, read on from there.
+	from := cur.cursor
+	for {
+		segs, err := s.readSegmentsFrom(ctx, tx, pid, from, limit-len(out))
 		if err != nil {
-			return nil, "", fmt.Errorf("segment %d: %w", sg.first, err)
+			return nil, "", err
 		}
-		for k := range frames {
-			off := sg.first + int64(k)
-			if off < cur.cursor {
-				continue
+		more, stop := len(segs) > limit-len(out), false
+	segments:
+		for _, sg := range segs {
+			frames, err := partition.DecodeSegment(sg.frames, sg.count)
+			if err != nil {
+				return nil, "", fmt.Errorf("segment %d: %w", sg.first, err)
 			}
-			if q.delayed > 0 {
-				if visible := frames[k].Created().Add(time.Duration(q.delayed) * time.Second); visible.After(now) {
-					hiddenUntil = visible
-					break segments // FIFO: nothing after an invisible message either
+			for k := range frames {
+				off := sg.first + int64(k)
+				if off < from || frames[k].Deleted() {
+					continue
+				}
+				if q.delayed > 0 {
+					if visible := frames[k].Created().Add(time.Duration(q.delayed) * time.Second); visible.After(now) {
+						hiddenUntil, stop = visible, true
+						break segments // FIFO: nothing after an invisible message either
+					}
+				}
+				s.reveal(&frames[k].Body)
+				out = append(out, reginatype.PoppedMessage{Frame: frames[k], Offset: off, PartitionID: c.ID, PartitionName: c.Name})
+				if len(out) >= limit {
+					stop = true
+					break segments
 				}
 			}
-			s.reveal(&frames[k].Body)
-			out = append(out, reginatype.PoppedMessage{Frame: frames[k], Offset: off, PartitionID: c.ID, PartitionName: c.Name})
-			if len(out) >= limit {
-				break segments
-			}
 		}
+		if stop || !more {
+			break
+		}
+		last := segs[len(segs)-1]
+		from = last.first + int64(last.count)
 	}
 	if len(out) == 0 {
 		switch {

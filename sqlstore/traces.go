@@ -27,7 +27,11 @@ const coveringSegment = `
 
 func newTraceQueries(schema string) traceQueries {
 	q := traceQueries{
-		covering: `SELECT s.first_offset + s.frame_count > $2 FROM queen.segments s
+		// Whether the segment covering the offset holds it, and not as a
+		// tombstone (a deleted message: the zero id in the id block).
+		covering: `SELECT s.first_offset + s.frame_count > $2
+			       AND substring(s.frames FROM (($2 - s.first_offset) * 16 + 1)::integer FOR 16) <> '\x00000000000000000000000000000000'::bytea
+			  FROM queen.segments s
 			 WHERE s.partition_id = $1 AND s.first_offset <= $2 ORDER BY s.first_offset DESC LIMIT 1`,
 		insert: `INSERT INTO queen.traces (partition_id, msg_offset, id, transaction_id, event_type, consumer_group,
 			       worker_id, data, trace_names)

@@ -649,3 +649,27 @@ type messageDetailView struct {
 	QueueConfig    map[string]any     `json:"queueConfig"`
 	ConsumerGroups []messageGroupView `json:"consumerGroups"`
 }
+
+// handleDeleteMessage serves DELETE /api/v1/messages/:partitionId/:transactionId:
+// 200 {"success":true,...} when a stored message was deleted, 404
+// {"success":false,...,"error":"Message not found"} otherwise (upstream
+// answers that one 200; Regina keeps its body and sends a real status).
+func (s *Server) handleDeleteMessage(ctx *fasthttp.RequestCtx, partitionID, txID string) {
+	pid, err := partition.ParseUUID(partitionID)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, "partitionId must be a UUID")
+		return
+	}
+	n, err := s.b.Admin.DeleteMessage(ctx, pid, txID)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	if n == 0 {
+		writeJSON(ctx, fasthttp.StatusNotFound, map[string]any{"success": false, "partitionId": pid.String(),
+			"transactionId": txID, "message": "Message not found", "error": "Message not found"})
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "partitionId": pid.String(),
+		"transactionId": txID, "message": "Message deleted", "deleted": n})
+}

@@ -56,6 +56,10 @@ type Admin interface {
 	QueueDetails(ctx context.Context, f reginatype.QueueFilter) ([]reginatype.QueueDetail, time.Time, error)
 	ListMessages(ctx context.Context, f reginatype.MessageFilter) ([]reginatype.StoredMessage, int64, error)
 	GetMessage(ctx context.Context, partitionID partition.UUID, txID string) (reginatype.StoredMessage, bool, error)
+	// DeleteMessage deletes the stored copies of a message and returns how
+	// many there were (0: not found); its hash stays (see
+	// sqlstore.Store.DeleteMessage).
+	DeleteMessage(ctx context.Context, partitionID partition.UUID, txID string) (int, error)
 	ListDLQ(ctx context.Context, f reginatype.DLQFilter) ([]reginatype.DeadLetter, int64, error)
 	// DeadLetterOf returns the error and retry count of a dead letter of
 	// the message at offset (the first group's); found is false when none.

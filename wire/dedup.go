@@ -20,6 +20,10 @@ import (
 const reasonSegmentRemoved = "segment removed by retention: its transaction id is still in the hash sidecar, " +
 	"its message is gone"
 
+// reasonDeleted explains the zero-UUID original of a deleted message.
+const reasonDeleted = "message deleted (DELETE /api/v1/messages): its transaction id is still in the hash sidecar, " +
+	"its message is gone"
+
 type occurrenceView struct {
 	Offset       int64   `json:"offset"`
 	MessageID    string  `json:"messageId"`
@@ -114,9 +118,13 @@ func newExplainView(k reginatype.ExplainKey, r *reginatype.ExplainResult) explai
 		v.WindowEndsAt = windowEnd(o.CreatedAt, r.WindowSeconds)
 		off := o.Offset
 		v.Offset = &off
-		if o.SegmentGone {
+		switch {
+		case o.SegmentGone:
 			v.OriginalUnknown = true
 			v.OriginalUnknownReason = new(reasonSegmentRemoved)
+		case o.MessageID.IsZero():
+			v.OriginalUnknown = true
+			v.OriginalUnknownReason = new(reasonDeleted)
 		}
 	}
 	switch {
@@ -134,8 +142,8 @@ func newExplainView(k reginatype.ExplainKey, r *reginatype.ExplainResult) explai
 		v.Note = "stored inside the window with another payload: a push would be answered duplicate with " +
 			"payloadMismatch and write nothing (the given payload would be lost)"
 	case r.Verdict == reginatype.ExplainDuplicate && v.OriginalUnknown:
-		v.Note = "stored inside the window: a push would be answered duplicate with the zero UUID (the original's " +
-			"segment was removed by retention) and write nothing"
+		v.Note = "stored inside the window: a push would be answered duplicate with the zero UUID (" +
+			*v.OriginalUnknownReason + ") and write nothing"
 	case r.Verdict == reginatype.ExplainDuplicate:
 		v.Note = "stored inside the window: a push would be answered duplicate with this messageId and write nothing"
 	case r.Verdict == reginatype.ExplainExpired:

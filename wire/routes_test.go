@@ -120,7 +120,7 @@ func TestRouteErrors(t *testing.T) {
 		{"PUT", "/api/v1/resources/queues/q", "GET, DELETE, OPTIONS"},
 		{"HEAD", "/api/v1/pop/queue/q", "GET, OPTIONS"}, // a pop changes state: no HEAD
 		{"POST", "/api/v1/consumer-groups/g", "GET, DELETE, OPTIONS"},
-		{"DELETE", "/api/v1/messages/p/t", "GET, OPTIONS"},
+		{"PUT", "/api/v1/messages/p/t", "GET, DELETE, OPTIONS"},
 	} {
 		resp := serve(tc.method, tc.uri)
 		require.Equal(t, fasthttp.StatusMethodNotAllowed, resp.StatusCode(), "%s %s", tc.method, tc.uri)

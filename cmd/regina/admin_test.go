@@ -266,7 +266,7 @@ func TestAdminViews(t *testing.T) {
 		require.JSONEq(t, `{"error":"Message not found"}`, string(body))
 		status, _ = do(t, "GET", b.URL+"/api/v1/messages/not-a-uuid/t2", nil)
 		require.Equal(t, http.StatusBadRequest, status)
-		status, _ = do(t, "DELETE", b.URL+"/api/v1/messages/"+*sent[0].PartitionID+"/t2", nil)
+		status, _ = do(t, "PUT", b.URL+"/api/v1/messages/"+*sent[0].PartitionID+"/t2", nil)
 		require.Equal(t, http.StatusMethodNotAllowed, status)
 	})
 
