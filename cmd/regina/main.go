@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mattn/go-isatty"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/regina-mq/regina/actor"
@@ -144,6 +145,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	if st := maint.Current(); st.Push || st.Pop {
 		log.Warn().Bool("push", st.Push).Bool("pop", st.Pop).Msg("maintenance mode is on")
 	}
+	registerMaintenanceGauges(met.Registry(), maint)
 
 	// The dedup cache only lowers the probe's span; off (or evicted) it
 	// changes no verdict.
@@ -362,4 +364,26 @@ func instanceName(addr net.Addr) string {
 		return net.JoinHostPort(host, strconv.Itoa(ta.Port))
 	}
 	return host
+}
+
+// registerMaintenanceGauges exports the maintenance switches this broker
+// applies: regina_maintenance_mode{scope="push"|"pop"} (1 = on), and
+// upstream's queen_maintenance_mode_enabled (the push switch) for Queen's
+// dashboards and alerts.
+func registerMaintenanceGauges(reg *prometheus.Registry, m *sqlstore.Maintenance) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	const help = "1 while this maintenance switch is on (push: pushes refused with a retryable 503; pop: pops answer 204)"
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "regina_maintenance_mode", Help: help,
+			ConstLabels: prometheus.Labels{"scope": "push"}}, func() float64 { return b(m.Current().Push) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "regina_maintenance_mode", Help: help,
+			ConstLabels: prometheus.Labels{"scope": "pop"}}, func() float64 { return b(m.Current().Pop) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_maintenance_mode_enabled",
+			Help: "upstream Queen's name: 1 while push maintenance is on"}, func() float64 { return b(m.Current().Push) }),
+	)
 }

@@ -139,6 +139,11 @@ func TestPushMaintenance(t *testing.T) {
 	require.True(t, *v.MaintenanceMode)
 	require.False(t, *v.PopMaintenanceMode)
 	require.Zero(t, *v.BufferedMessages)
+	status, raw = do(t, "GET", a.URL+"/metrics/prometheus", nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, string(raw), "\nregina_maintenance_mode{scope=\"push\"} 1\n")
+	require.Contains(t, string(raw), "\nregina_maintenance_mode{scope=\"pop\"} 0\n")
+	require.Contains(t, string(raw), "\nqueen_maintenance_mode_enabled 1\n")
 
 	// The broker that switched refuses at once; an empty push is still 201
 	// [] and bad input still 400.
