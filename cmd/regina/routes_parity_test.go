@@ -104,7 +104,14 @@ func TestEveryQueenRouteIsServed(t *testing.T) {
 		{"POST", "/streams/v1/queries", map[string]any{}},
 		{"POST", "/streams/v1/state/get", map[string]any{}},
 		{"POST", "/streams/v1/cycle", map[string]any{}},
-		// Deletes last: they remove what the routes above read.
+		// Maintenance mode (parity §4), switched off again at once.
+		{"GET", "/api/v1/system/maintenance", nil},
+		{"POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}},
+		{"GET", "/api/v1/system/maintenance/pop", nil},
+		{"POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": false}},
+		// Deletes last: they remove what the routes above read (the message
+		// delete names a message that does not exist: the handler's 404).
+		{"DELETE", "/api/v1/messages/" + pid + "/t-none", nil},
 		{"DELETE", "/api/v1/consumer-groups/g1/queues/rq?deleteMetadata=true", nil},
 		{"DELETE", "/api/v1/consumer-groups/g1?deleteMetadata=false", nil},
 		{"DELETE", "/api/v1/resources/queues/rq2", nil},
