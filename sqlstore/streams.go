@@ -277,27 +277,10 @@ func (s *Store) cyclePushes(ctx context.Context, tx pgx.Tx, pushes []reginatype.
 	if len(pushes) == 0 {
 		return nil
 	}
-	byKey := make(map[[2]string]*txnGroup)
-	var groups []*txnGroup
-	for i := range pushes {
-		k := [2]string{pushes[i].Queue, pushes[i].Partition}
-		g := byKey[k]
-		if g == nil {
-			g = &txnGroup{queue: k[0], part: k[1]}
-			ns, task := DeriveNamespaceTask(k[0])
-			if err := tx.QueryRow(ctx, s.sql.ensurePartition, k[0], k[1], ns, task).
-				Scan((*uuidScanner)(&g.ref.ID), (*uuidScanner)(&g.ref.QueueID), &g.ref.WindowSeconds,
-					&g.ref.PayloadCheck, &g.ref.Encrypt); err != nil {
-				return err
-			}
-			byKey[k] = g
-			groups = append(groups, g)
-		}
-		g.items = append(g.items, i)
+	groups, err := s.txnGroups(ctx, tx, pushes)
+	if err != nil {
+		return err
 	}
-	sort.Slice(groups, func(a, b int) bool {
-		return string(groups[a].ref.ID[:]) < string(groups[b].ref.ID[:])
-	})
 	for _, g := range groups {
 		if err := s.txnPushGroup(ctx, tx, g, pushes, true, &res.Pushes, &res.Written); err != nil {
 			return err

@@ -53,28 +53,10 @@ func (s *Store) transactionOnce(ctx context.Context, pushes []reginatype.TxnPush
 	var res reginatype.TxnResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		res = reginatype.TxnResult{}
-		// Resolve (and create) the partitions pushed to.
-		byKey := make(map[[2]string]*txnGroup)
-		var groups []*txnGroup
-		for i := range pushes {
-			k := [2]string{pushes[i].Queue, pushes[i].Partition}
-			g := byKey[k]
-			if g == nil {
-				g = &txnGroup{queue: k[0], part: k[1]}
-				ns, task := DeriveNamespaceTask(k[0])
-				if err := tx.QueryRow(ctx, s.sql.ensurePartition, k[0], k[1], ns, task).
-					Scan((*uuidScanner)(&g.ref.ID), (*uuidScanner)(&g.ref.QueueID), &g.ref.WindowSeconds,
-						&g.ref.PayloadCheck, &g.ref.Encrypt); err != nil {
-					return err
-				}
-				byKey[k] = g
-				groups = append(groups, g)
-			}
-			g.items = append(g.items, i)
+		groups, err := s.txnGroups(ctx, tx, pushes)
+		if err != nil {
+			return err
 		}
-		sort.Slice(groups, func(a, b int) bool {
-			return string(groups[a].ref.ID[:]) < string(groups[b].ref.ID[:])
-		})
 		if len(leases) > 0 {
 			ids := make([][16]byte, len(leases))
 			for i, l := range leases {
@@ -286,4 +268,32 @@ func (s *Store) txnAcks(ctx context.Context, tx pgx.Tx, acks []reginatype.TxnAck
 		}
 	}
 	return nil
+}
+
+// txnGroups resolves (and creates) the partitions that pushes go to and
+// groups the pushes by partition, in partition-id order: the order in which
+// transactions and stream cycles take partition row locks.
+func (s *Store) txnGroups(ctx context.Context, tx pgx.Tx, pushes []reginatype.TxnPush) ([]*txnGroup, error) {
+	byKey := make(map[[2]string]*txnGroup)
+	var groups []*txnGroup
+	for i := range pushes {
+		k := [2]string{pushes[i].Queue, pushes[i].Partition}
+		g := byKey[k]
+		if g == nil {
+			g = &txnGroup{queue: k[0], part: k[1]}
+			ns, task := DeriveNamespaceTask(k[0])
+			if err := tx.QueryRow(ctx, s.sql.ensurePartition, k[0], k[1], ns, task).
+				Scan((*uuidScanner)(&g.ref.ID), (*uuidScanner)(&g.ref.QueueID), &g.ref.WindowSeconds,
+					&g.ref.PayloadCheck, &g.ref.Encrypt); err != nil {
+				return nil, err
+			}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		g.items = append(g.items, i)
+	}
+	sort.Slice(groups, func(a, b int) bool {
+		return string(groups[a].ref.ID[:]) < string(groups[b].ref.ID[:])
+	})
+	return groups, nil
 }
