@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,6 +80,81 @@ func TestReadinessReportsMailboxPressure(t *testing.T) {
 	require.Equal(t, true, checks["database"]["ok"])
 	status, _ = do(t, "GET", b.URL+"/health", nil)
 	require.Equal(t, http.StatusOK, status, "a full mailbox is not a liveness problem")
+
+	release()
+	wg.Wait()
+	status, checks = readyChecks(t, b)
+	require.Equal(t, http.StatusOK, status, "checks %v", checks)
+}
+
+// One hot partition at its bound is that partition's back-pressure, not the
+// broker's: /ready stays 200 while fewer than half the live mailboxes are
+// full, and answers 503 once half of them are.
+func TestReadinessToleratesOneHotPartition(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	defer release()
+	var held sync.Map // queues whose first batch is being held
+	b := startBroker(t, "", func(c *Config) {
+		c.beforeBatch = func(q, _ string, _ int) {
+			if strings.HasPrefix(q, "hot") {
+				held.Store(q, true)
+				<-gate
+			}
+		}
+		c.MailboxMaxItems = 2
+		c.ActorIdle = time.Hour // the free actors stay live for the count
+	})
+	b.push(t, item{"queue": "free1", "transactionId": "x"})
+	b.push(t, item{"queue": "free2", "transactionId": "x"})
+
+	var wg sync.WaitGroup
+	fill := func(q string) {
+		wg.Go(func() {
+			if status, body := b.pushRaw(t, map[string]any{"items": []item{{"queue": q, "transactionId": "a"}}}); status != http.StatusCreated {
+				t.Errorf("push %s: %d %s", q, status, body)
+			}
+		})
+		checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+			if _, ok := held.Load(q); !ok {
+				return errNotYet
+			}
+			return nil
+		})
+		wg.Go(func() {
+			items := []item{{"queue": q, "transactionId": "b"}, {"queue": q, "transactionId": "c"}}
+			if status, body := b.pushRaw(t, map[string]any{"items": items}); status != http.StatusCreated {
+				t.Errorf("push %s: %d %s", q, status, body)
+			}
+		})
+	}
+	awaitFull := func(n float64) (int, map[string]map[string]any) {
+		var status int
+		var checks map[string]map[string]any
+		checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+			status, checks = readyChecks(t, b)
+			if checks["mailboxes"]["full"] != n {
+				return errNotYet
+			}
+			return nil
+		})
+		return status, checks
+	}
+
+	fill("hot1")
+	status, checks := awaitFull(1)
+	require.Equal(t, http.StatusOK, status, "one full mailbox of three: checks %v", checks)
+	require.Equal(t, true, checks["mailboxes"]["ok"])
+	require.InDelta(t, 3, checks["mailboxes"]["actors"], 0)
+
+	fill("hot2")
+	status, checks = awaitFull(2)
+	require.Equal(t, http.StatusServiceUnavailable, status, "two full mailboxes of four: checks %v", checks)
+	require.Equal(t, false, checks["mailboxes"]["ok"])
+	require.InDelta(t, 4, checks["mailboxes"]["actors"], 0)
+	require.Contains(t, checks["mailboxes"]["error"], "2 of 4")
 
 	release()
 	wg.Wait()
