@@ -26,7 +26,7 @@ help: ## Show this list of targets
 	@echo
 	@echo 'Variables: ARGS (run, loadtest, faults), GOTESTFLAGS (e.g. -race, -run X, -v),'
 	@echo '           ITERATIONS (bench), FUZZTIME (fuzz), DURATION (faults, soak, compare), SOAK_PNG,'
-	@echo '           WARMUP ITEMS ROUNDS SCALE_PARTITIONS SCALE_HASHES (compare),'
+	@echo '           WARMUP ITEMS ROUNDS SCALE_PARTITIONS SCALE_HASHES SCALE_POP (compare),'
 	@echo '           QUEEN_URL QUEEN_DATABASE (compare: also a Queen server you run),'
 	@echo '           DATABASE_URL (use this PostgreSQL instead of a local one).'
 
@@ -101,8 +101,9 @@ COMPARE_ARGS ?=
 # QUEEN_DATABASE names its PostgreSQL database when it is on the local cluster.
 QUEEN_URL ?=
 QUEEN_DATABASE ?=
-SCALE_PARTITIONS ?= 1,16,1000,10000
-SCALE_HASHES ?= 100k,1M,10M
+SCALE_PARTITIONS ?= 1,1k,100k
+SCALE_HASHES ?= 100k,10M,100M
+SCALE_POP ?= 100,100k
 SCALE_ROUNDS ?= 1
 
 compare: ## Regina vs pgx ceiling vs JetStream [vs QUEEN_URL]: RESULTS.md
@@ -111,8 +112,8 @@ compare: ## Regina vs pgx ceiling vs JetStream [vs QUEEN_URL]: RESULTS.md
 		-rounds $(call cmp_var,ROUNDS,3) -command '$(COMPARE_CMD)' \
 		$(if $(QUEEN_URL),-queen-url '$(QUEEN_URL)') $(if $(QUEEN_DATABASE),-queen-database '$(QUEEN_DATABASE)') $(COMPARE_ARGS)
 
-compare/scale: ## Throughput as partitions and in-window hashes grow (minutes)
+compare/scale: ## Push and pop as partitions and in-window hashes grow, and a restart
 	$(GO) build -o bin/regina-compare ./bench/compare
 	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -scale -database-url "$$url" $(COMPARE_FLAGS) \
-		-scale-partitions '$(SCALE_PARTITIONS)' -scale-hashes '$(SCALE_HASHES)' -scale-rounds $(SCALE_ROUNDS) \
+		-scale-partitions '$(SCALE_PARTITIONS)' -scale-hashes '$(SCALE_HASHES)' -scale-pop '$(SCALE_POP)' -scale-rounds $(SCALE_ROUNDS) \
 		-command '$(COMPARE_CMD)' $(COMPARE_ARGS)

@@ -16,9 +16,9 @@
 //	make compare COMPARE_ARGS='-blocks AB -nats-conns 1'
 //	make compare QUEEN_URL=http://127.0.0.1:6640            # adds block E against your Queen server
 //	make compare QUEEN_URL=http://127.0.0.1:6640 QUEEN_DATABASE=queen COMPARE_ARGS='-blocks AE'
-//	make compare/scale              # partitions 1..10k, hashes 100k..10M, 1 round: about 12 minutes
-//	make compare/scale DURATION=10s SCALE_ROUNDS=2
-//	make compare/scale DURATION=5s SCALE_PARTITIONS=1,16,1000 SCALE_HASHES=100k,1M
+//	make compare/scale              # partitions 1..100k, hashes 100k..100M, pop 100/100k, restart: hours (the 100M preload)
+//	make compare/scale SCALE_HASHES=100k,10M DURATION=10s   # the same up to 10M: under an hour
+//	make compare/scale DURATION=5s SCALE_PARTITIONS=1,16,1000 SCALE_HASHES=100k,1M SCALE_POP=100,10k
 //
 // or directly (go run ./bench/compare -h lists every flag).
 //
@@ -124,25 +124,48 @@
 //
 // # Scale mode (-scale, make compare/scale)
 //
-// Points: each partition count (1, 16, 1k, 10k) with nothing preloaded,
-// then each in-window hash count (100k, 1M, 10M) at -partitions partitions.
-// Every point gets two fresh schemas, one for Regina and one for the
-// ceiling: the GIN index on log_txns.hashes spans the whole table, so a
-// point must not carry another point's rows. All points are prepared first:
-// partitions created; for the hash points, the hashes written by SQL
-// (generate_series into queen.log_txns and queen.segments, next_offset
-// advanced; md5-derived 16-byte hashes; created_at rising from 20 minutes
-// ago to now, so offsets and times grow together as in a real log and
-// everything is inside the 1 h window; segments hold the id block only),
-// with the GIN index dropped for the load and rebuilt from its own
-// definition, then VACUUM ANALYZE. Then each round (-scale-rounds) runs every
-// point in turn: a fresh broker (default configuration, cache on) on the
-// point's schema, one message pushed to every partition and answered (so
-// every partition is loaded and its cache hydrated: the "broker start +
-// prime" column), one Regina phase, the broker stopped, one ceiling phase.
-// The curves (medians over rounds) go into RESULTS.md and are drawn into
+// Points: each partition count (-scale-partitions: 1, 1k, 100k) with
+// nothing preloaded, then each in-window hash count (-scale-hashes: 100k,
+// 10M, 100M) at -partitions partitions. Every point gets two fresh schemas,
+// one for Regina and one for the ceiling: the GIN index on log_txns.hashes
+// spans the whole table, so a point must not carry another point's rows.
+// All points are prepared first: partitions created (above 1,000 with one
+// INSERT of the rows queen.ensure_partition would write); for the hash
+// points, the hashes written by SQL (scalegen.go: INSERT ... SELECT into
+// log_txns and segments as the push would have written them: md5-derived
+// 16-byte hashes, UUIDv7 ids and encoded frames, next_offset, push_xid and
+// last_push_at advanced; created_at rising from 20 minutes ago to now, so
+// offsets and times grow together as in a real log and everything is inside
+// the 1 h window), with the GIN index dropped for the load and rebuilt from
+// its own definition, then VACUUM ANALYZE. A log_txns range-partitioned by
+// created_at gets its children for the generated times from the store first.
+// Then each round (-scale-rounds) runs the pop points, then every push point
+// in turn: a fresh broker (default configuration, cache on) on the point's
+// schema, one message pushed to every partition and answered (so every
+// partition is loaded and its cache hydrated: the "broker start + prime"
+// column), one Regina phase, the broker stopped, one ceiling phase. The
+// curves (medians over rounds) go into RESULTS.md and are drawn into
 // bench/scale-partitions.png and bench/scale-hashes.png (log x axis). The
-// bar is Regina's msgs/s at the largest hash count over the smallest.
+// bars are Regina's msgs/s at each hash count over the smallest (>= 0.9 up
+// to 10M, >= 0.8 at 100M).
+//
+// The pop points (-scale-pop: 100, 100k partitions; "none" skips them):
+// each queue's partitions get one message each, read to the end by a
+// queue-mode consumer, so every partition has a consumed cursor; before
+// each round's phase, 1% of them (every 100th, at least one) get
+// -scale-pop-backlog new messages between them, and -scale-pop-consumers
+// (1) run a Queen client's consume loop over HTTP: an any-partition pop
+// (batch 1, a lease, wait=false), then an ack. pops/s and the pop's p99 go
+// into RESULTS.md and bench/scale-pop.png; bars: pops/s at the largest
+// count >= 0.5x the smallest, p99 <= 2x.
+//
+// The restart phase (-scale-restart) runs after the rounds on the Regina
+// schema of the largest hash point: a fresh broker pushes (warmup, measured
+// window), is stopped with SIGTERM, and a new broker on the same database
+// pushes the same load; bar: after / before >= 0.9. Neither broker is
+// primed. A broker that exits by itself during any phase is reported with
+// its exit code or signal, the kernel log lines naming its pid (the OOM
+// killer) and the end of its log.
 //
 // Compare mode primes its brokers the same way before their first phase.
 //
@@ -172,9 +195,10 @@
 //     before; all of them are inside the 1 h window. Replays cycle when a
 //     storm outruns its source phase, so a push may be rejected more than
 //     once.
-//   - The scale preload writes segments without frame bodies and builds the
-//     GIN index in one go (more compact than one grown push by push); the
-//     tables are otherwise what the broker writes. A point's hash count
+//   - The scale preload's frames carry a 2-byte payload and transaction ids
+//     whose xxh3 is not the row's hash, and it builds the GIN index in one
+//     go (more compact than one grown push by push); the tables are
+//     otherwise what the broker writes. A point's hash count
 //     grows by what its phases push (RESULTS.md gives the count each point
 //     started from), which matters at 100k and not at 10M.
 //   - Priming keeps a cold start out of the steady-state figures; its time

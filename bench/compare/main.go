@@ -57,6 +57,11 @@ type config struct {
 	scaleCeiling   bool
 	plotDir        string
 	preloadDropIdx bool
+
+	scalePop          []int
+	scalePopConsumers int
+	scalePopBacklog   int
+	scaleRestart      bool
 }
 
 func parseInts(s string) ([]int, error) {
@@ -110,8 +115,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.queenDB, "queen-database", "", "compare mode: the PostgreSQL database the Queen server uses, when on the local cluster (its backends become \"PG ours\" of the Queen phases)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "stop measuring after this long (0 = from the plan, with a margin)")
 	fs.BoolVar(&c.scale, "scale", false, "scale mode: throughput and p99 as partitions and in-window hashes grow")
-	sp := fs.String("scale-partitions", "1,16,1000,10000", "scale mode: partition counts")
-	sh := fs.String("scale-hashes", "100k,1M,10M", "scale mode: in-window hash counts preloaded before pushing")
+	sp := fs.String("scale-partitions", "1,1k,100k", "scale mode: partition counts")
+	sh := fs.String("scale-hashes", "100k,10M,100M", "scale mode: in-window hash counts preloaded before pushing")
+	spop := fs.String("scale-pop", "100,100k", "scale mode: partition counts of the pop phase (1% of them hold work); \"none\" skips it")
+	fs.IntVar(&c.scalePopConsumers, "scale-pop-consumers", 1, "scale mode: consumers of the pop phase (pop batch 1 + ack loops)")
+	fs.IntVar(&c.scalePopBacklog, "scale-pop-backlog", 100000, "scale mode: messages pushed to the hot partitions before each pop phase")
+	fs.BoolVar(&c.scaleRestart, "scale-restart", true, "scale mode: push before and after a broker restart on the largest hash point")
 	fs.IntVar(&c.scaleRounds, "scale-rounds", 1, "scale mode: rounds per point")
 	fs.BoolVar(&c.scaleCeiling, "scale-ceiling", true, "scale mode: also measure the pgx ceiling at every point")
 	fs.StringVar(&c.plotDir, "plot-dir", "bench", "scale mode: directory for scale-partitions.png and scale-hashes.png")
@@ -129,6 +138,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if c.scaleHashes, err = parseInts(*sh); err != nil {
 		return nil, fmt.Errorf("-scale-hashes: %w", err)
 	}
+	if *spop != "none" {
+		if c.scalePop, err = parseInts(*spop); err != nil {
+			return nil, fmt.Errorf("-scale-pop: %w", err)
+		}
+	}
 	switch {
 	case c.duration <= 0:
 		return nil, errors.New("-duration must be > 0")
@@ -142,6 +156,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-payload must be >= 11 (the JSON object around the data)")
 	case c.scale && (c.queenURL != "" || c.queenDB != ""):
 		return nil, errors.New("-queen-url and -queen-database are for compare mode, not -scale")
+	case c.scalePopConsumers < 1 || c.scalePopBacklog < 1:
+		return nil, errors.New("-scale-pop-consumers and -scale-pop-backlog must be >= 1")
 	case c.natsInflight < 1 || c.natsConns < 0:
 		return nil, errors.New("-nats-inflight must be >= 1 and -nats-conns >= 0")
 	}
@@ -298,8 +314,8 @@ func (h *harness) plannedTime() time.Duration {
 	c := h.cfg
 	phase := c.warmup + c.duration + 20*time.Second
 	if c.scale {
-		n := (len(c.scaleParts) + len(c.scaleHashes)) * c.scaleRounds * 2
-		return time.Duration(n)*phase + 90*time.Minute
+		n := (len(c.scaleParts)+len(c.scaleHashes))*c.scaleRounds*2 + len(c.scalePop)*c.scaleRounds + 2
+		return time.Duration(n)*phase + 150*time.Minute
 	}
 	phases := 11
 	if c.queenURL != "" {
@@ -526,7 +542,8 @@ func (h *harness) stopBroker() {
 	case <-b.done:
 		// It exited before we asked: a crash. Keep what its log says.
 		tail := tailFile(b.logPath, 4000)
-		h.logf("broker %s (pid %d) had exited by itself (%v); end of its log:\n%s", b.label, b.pid, b.waitErr, tail)
+		how := exitText(b)
+		h.logf("broker %s (pid %d) had exited by itself (%v: %s); end of its log:\n%s", b.label, b.pid, b.waitErr, how, tail)
 		first := tail
 		if i := strings.Index(tail, "panic:"); i >= 0 {
 			first = tail[i:]
@@ -534,7 +551,7 @@ func (h *harness) stopBroker() {
 		if j := strings.IndexByte(first, '\n'); j >= 0 {
 			first = first[:j]
 		}
-		h.info.Crashes = append(h.info.Crashes, fmt.Sprintf("%s (%v): %s", b.label, b.waitErr, tailString(first, 300)))
+		h.info.Crashes = append(h.info.Crashes, fmt.Sprintf("%s (%s): %s", b.label, how, tailString(first, 300)))
 	default:
 		b.stop(h.hard.Err() != nil)
 	}

@@ -141,6 +141,11 @@ func (c *canvas) logPanel(r image.Rectangle, title string, xs []float64, xl []st
 // drawScale writes a 900x640 PNG: throughput on top, p99 below, both over
 // a log x axis.
 func drawScale(path, title, sub, xlabel string, xs []float64, xl []string, thr, p99 []curve) error {
+	return drawScaleLabeled(path, title, sub, xlabel, "throughput (msgs/s)", "push latency p99 (ms)", xs, xl, thr, p99)
+}
+
+// drawScaleLabeled is drawScale with the two panels' titles given.
+func drawScaleLabeled(path, title, sub, xlabel, thrTitle, p99Title string, xs []float64, xl []string, thr, p99 []curve) error {
 	const w, h = 900, 640
 	c := &canvas{chart.New(w, h)}
 	c.Fill(c.Img.Bounds(), colBG)
@@ -148,8 +153,8 @@ func drawScale(path, title, sub, xlabel string, xs []float64, xl []string, thr, 
 	c.Text((w-c.TextWidth(sub))/2, 36, sub, colMuted)
 	left, right, top, bottom, gap := 72, w-30, 72, h-44, 56
 	ph := (bottom - top - gap) / 2
-	c.logPanel(image.Rect(left, top, right, top+ph), "throughput (msgs/s)", xs, xl, thr, fmtRate)
-	c.logPanel(image.Rect(left, top+ph+gap, right, bottom), "push latency p99 (ms)", xs, xl, p99, fmtMs)
+	c.logPanel(image.Rect(left, top, right, top+ph), thrTitle, xs, xl, thr, fmtRate)
+	c.logPanel(image.Rect(left, top+ph+gap, right, bottom), p99Title, xs, xl, p99, fmtMs)
 	c.Text(right-c.TextWidth(xlabel), h-6, xlabel, colMuted)
 	f, err := os.Create(path)
 	if err != nil {

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The restart phase (issue 11's bar): on the schema of the largest hash
+// point (a database holding a full window), a broker pushes, is stopped
+// (SIGTERM), and a new broker on the same database pushes the same load;
+// the second rate over the first should be >= 0.9.
+const (
+	phRestartBefore = "restart_before"
+	phRestartAfter  = "restart_after"
+	restartPoint    = "restart"
+)
+
+// restartState is what the restart phase saw beyond its two phases.
+type restartState struct {
+	hashes  int64         // in-window hashes when it started
+	startup time.Duration // second broker's start to /health 200
+}
+
+// runRestart runs the restart phase on sp (queue scaleQueue, its partitions
+// already there). Neither broker is primed: the warmup is all either gets,
+// as after a real restart.
+func (h *harness) runRestart(sp *pgSpace, partitions int) error {
+	c := h.cfg
+	h.wl = newWorkload(partitions, c.items, c.payload, 42)
+	st := &restartState{}
+	if have, err := h.inWindowHashes(h.stop, sp, scaleQueue); err == nil {
+		st.hashes = have
+	}
+	h.scale.restart = st
+	h.logf("restart phase on %s (%s in-window hashes)", sp.schema, shortCount(int(st.hashes)))
+	for i, ph := range []string{phRestartBefore, phRestartAfter} {
+		if h.stop.Err() != nil {
+			return nil
+		}
+		t := time.Now()
+		b, err := h.startBroker(sp, true, "regina-"+ph)
+		if err != nil {
+			return err
+		}
+		if i == 1 {
+			st.startup = time.Since(t)
+			h.logf("  restarted broker healthy in %s", st.startup.Round(time.Millisecond))
+		}
+		h.drive(phaseSpec{name: ph, round: 0, point: restartPoint, workers: c.connections, procs: h.procs(b, false), brokerURL: b.url},
+			h.reginaWork(b.url, scaleQueue, h.runTag+"."+ph, nil))
+		h.stopBroker()
+	}
+	return nil
+}
+
+// writeRestart adds the restart section to b and returns the summary's
+// restart ratio.
+func (h *harness) writeRestart(b *strings.Builder) string {
+	b.WriteString("\n### A restart on a database holding a full window\n\n")
+	before := summarize(h.byName(phRestartBefore, restartPoint))
+	after := summarize(h.byName(phRestartAfter, restartPoint))
+	if h.scale == nil || h.scale.restart == nil || before.n == 0 || after.n == 0 || before.rate <= 0 {
+		b.WriteString("Not measured in this run.\n")
+		return ""
+	}
+	fmt.Fprintf(b, "On the Regina schema of the largest hash point (%s hashes in its 1 h window when the phase started): a\n"+
+		"fresh broker pushes the scale load (no priming, the warmup only), is stopped with SIGTERM, and a new broker on\n"+
+		"the same database pushes the same load. The restarted broker answered `/health` %s after it was started.\n\n",
+		shortCount(int(h.scale.restart.hashes)), h.scale.restart.startup.Round(time.Millisecond))
+	b.WriteString("| broker | msgs/s | p50 ms | p99 ms | broker cores | PG ours cores | machine cores | broker RSS MiB | cache | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, x := range []struct {
+		label, name string
+		s           phaseSummary
+	}{{"before the restart", phRestartBefore, before}, {"after the restart", phRestartAfter, after}} {
+		cache := "-"
+		for _, r := range h.byName(x.name, restartPoint) {
+			cache = r.Cache.short()
+		}
+		fmt.Fprintf(b, "| %s | **%s** | %s | %s | %s | %s | %s | %s | %s | %d |\n", x.label, fmtRate(x.s.rate), fmtMs(x.s.p50), fmtMs(x.s.p99),
+			fmtCores(x.s.broker), fmtCores(x.s.pgOurs), fmtCores(x.s.machine), fmtOptUs(x.s.rss), cache, x.s.errors)
+	}
+	v := after.rate / before.rate
+	rt := ratio{bar: 0.9, med: v, ok: true}
+	fmt.Fprintf(b, "\n| ratio | value | bar | verdict |\n|---|---|---|---|\n| msgs/s after the restart / before | **%s** | ≥ 0.9 | %s |\n", fmtRatio(v), rt.verdict())
+	return " restart_after/before=" + fmtRatio(v)
+}
