@@ -226,8 +226,12 @@ func (h *harness) popWork(baseURL string, consumers int) workFunc {
 				continue
 			}
 			var a popAnswer
-			if err := json.Unmarshal(resp.Body(), &a); err != nil || len(a.Messages) != 1 {
-				rec.fail(fmt.Errorf("pop answer with %d messages: %v", len(a.Messages), err))
+			if err := json.Unmarshal(resp.Body(), &a); err != nil {
+				rec.fail(fmt.Errorf("pop answer: %w", err))
+				continue
+			}
+			if len(a.Messages) != 1 {
+				rec.fail(fmt.Errorf("pop answer with %d messages, want 1", len(a.Messages)))
 				continue
 			}
 			rec.record(pc, t0, t1, 1, 0)
