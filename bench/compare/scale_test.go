@@ -63,10 +63,13 @@ func TestPreloadWritesWhatAPushWould(t *testing.T) {
 		WHERE g.partition_id IS NULL OR l.partition_id IS NULL OR g.created_at <> l.created_at
 		   OR cardinality(l.hashes) <> g.frame_count`).Scan(&bad))
 	require.Zero(t, bad, "segments without their log_txns row or the other way round")
-	var valid bool
-	require.NoError(t, h.admin.QueryRow(ctx, `SELECT bool_and(i.indisvalid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'log_txns_hashes'`, sp.schema).Scan(&valid))
-	require.True(t, valid, "the GIN index was not rebuilt")
+	var gin, valid int
+	require.NoError(t, h.admin.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE i.indisvalid)
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
+		JOIN pg_class r ON r.oid = i.indrelid JOIN pg_namespace n ON n.oid = r.relnamespace
+		WHERE n.nspname = $1 AND r.relname = 'log_txns' AND am.amname = 'gin'`, sp.schema).Scan(&gin, &valid))
+	require.Equal(t, 1, gin, "the GIN index of log_txns was not rebuilt")
+	require.Equal(t, 1, valid, "the rebuilt GIN index of log_txns is not valid")
 
 	// One partition's last row: decode it and push one of its hashes.
 	ref := refs[7]
