@@ -350,10 +350,21 @@ func (a *actor) run() {
 					break
 				}
 				a.process(ctx, batch)
+				clear(batch) // answered: keep no request (nor its payloads) alive
 			}
+			a.release()
 			idle.Reset(a.reg.cfg.IdleTimeout)
 		}
 	})
+}
+
+// release drops the buffers of the last batch once the mailbox is empty:
+// an actor waiting for work holds none of its payloads, so the memory of
+// many waiting actors stays the size of their structs, not of their
+// largest batch. A busy actor keeps them from one batch to the next.
+func (a *actor) release() {
+	a.batch = reginatype.PushBatch{}
+	a.scratch = scratch{}
 }
 
 // process runs one push transaction for the groups and answers them. Its ctx

@@ -34,9 +34,14 @@ const (
 	mapSlotBytes = 27
 	// multiSlotBytes is one slot of map[[16]byte]int32 (16+4+1, padded).
 	multiSlotBytes = 28
-	// entryOverhead covers the entry struct, its LRU list element and its
-	// slot in the LRU's own map.
-	entryOverhead = int64(unsafe.Sizeof(entry{})) + 160
+	// entryOverhead covers the entry struct, its LRU list element, its slot
+	// in the LRU's own map and the header of its hash map (48 B, allocated
+	// even while empty).
+	entryOverhead = int64(unsafe.Sizeof(entry{})) + 160 + mapHeaderBytes
+	// mapHeaderBytes is a Go map's header; mapTableBytes the table header
+	// and directory a map allocates once it outgrows its first 8 slots.
+	mapHeaderBytes = 48
+	mapTableBytes  = 48
 	// bufSegOverhead is a buffered Learn's header and slice header.
 	bufSegOverhead = int64(unsafe.Sizeof(bufSeg{}))
 )
@@ -59,7 +64,11 @@ func mapBytes(peak int, churned bool, slotBytes int64) int64 {
 	for slots < want {
 		slots <<= 1
 	}
-	return int64(slots) * slotBytes
+	b := int64(slots) * slotBytes
+	if slots > 8 {
+		b += mapTableBytes
+	}
+	return b
 }
 
 // seg is one committed segment held by a known partition: its hashes are
@@ -148,8 +157,8 @@ func (e *entry) publish() {
 
 // estimate is the memory the entry holds, in bytes:
 //
-//	entryOverhead
-//	+ mapBytes(peak, churned, 27)            the hash -> offset map
+//	entryOverhead                            struct, LRU element and slot, map header
+//	+ mapBytes(peak, churned, 27)            the hash -> offset map (slots, table header)
 //	+ mapBytes(multiPeak, true, 28)          repeated hashes (usually none)
 //	+ 16*cap(hs) + 24*cap(segs)              the time-ordered slices, at capacity
 //	+ buffered Learns during hydration (16*cap(hashes) + 48 each)
@@ -320,7 +329,7 @@ func fifoAppend[T any](s []T, head int, add []T) ([]T, int) {
 			n := copy(s, s[head:])
 			s = s[:n]
 		} else {
-			ns := make([]T, live, max(2*need, 16))
+			ns := make([]T, live, max(2*need, 4))
 			copy(ns, s[head:])
 			s = ns
 		}
