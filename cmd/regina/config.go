@@ -60,6 +60,10 @@ type Config struct {
 	// DedupCache switches the in-window hash cache on (false: off).
 	DedupCache   bool
 	DedupCacheMB int
+	// MemoryLimitMB is the Go memory limit in MiB (MEMORY_LIMIT_MB); 0
+	// derives it from the cache budget (see memoryLimit). GOMEMLIMIT, when
+	// set, wins over both.
+	MemoryLimitMB int
 
 	MailboxMaxItems int
 	MailboxMaxBytes int
@@ -179,6 +183,10 @@ var settings = []setting{
 		zeroIsValue: true, field: func(c *Config) any { return &c.DedupCache }},
 	{env: "QUEEN_DEDUP_CACHE_MB", flag: "dedup-cache-mb", def: "512", help: "hash cache memory budget in MiB", min: 1,
 		field: func(c *Config) any { return &c.DedupCacheMB }},
+	{env: "MEMORY_LIMIT_MB", flag: "memory-limit-mb", def: "0", zeroIsValue: true,
+		help: "Go memory limit in MiB; 0 = the dedup cache budget + " + strconv.Itoa(memoryOverheadMB) +
+			" MiB (GOMEMLIMIT, when set, wins)",
+		field: func(c *Config) any { return &c.MemoryLimitMB }},
 	{env: "MAILBOX_MAX_ITEMS", flag: "mailbox-max-items", def: "10000", help: "items waiting per partition before 503",
 		min: 1, field: func(c *Config) any { return &c.MailboxMaxItems }},
 	{env: "MAILBOX_MAX_BYTES", flag: "mailbox-max-bytes", def: "67108864",
@@ -470,6 +478,14 @@ func pgURL(vals map[string]string) string {
 		u.User = url.User(vals["PG_USER"])
 	}
 	return u.String()
+}
+
+// cacheBudget is the dedup cache's budget in bytes.
+func (c Config) cacheBudget() int64 {
+	if c.dedupCacheBytes > 0 {
+		return c.dedupCacheBytes
+	}
+	return int64(c.DedupCacheMB) << 20
 }
 
 // Addr returns the listen address.

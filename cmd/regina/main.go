@@ -46,6 +46,8 @@ func main() {
 		os.Exit(2)
 	}
 	log := newLogger(cfg)
+	_, userLimit := os.LookupEnv("GOMEMLIMIT")
+	applyMemoryLimit(cfg, log, userLimit)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
@@ -149,10 +151,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 
 	// The dedup cache only lowers the probe's span; off (or evicted) it
 	// changes no verdict.
-	cacheBudget := int64(cfg.DedupCacheMB) << 20
-	if cfg.dedupCacheBytes > 0 {
-		cacheBudget = cfg.dedupCacheBytes
-	}
+	cacheBudget := cfg.cacheBudget()
 	dedupCache := cache.New(cache.Config{Enabled: cfg.DedupCache, BudgetBytes: cacheBudget})
 	reg := actor.NewRegistry(store, actor.Config{
 		MailboxMaxItems: cfg.MailboxMaxItems, MailboxMaxBytes: cfg.MailboxMaxBytes,
