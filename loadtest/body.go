@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/segmentio/encoding/json"
 )
@@ -32,6 +33,9 @@ type BodyBuilder struct {
 	rnd        *rand.Rand
 	pad        []byte
 	sizeHint   int
+	// cursor, when set, picks the partitions in turn (shared by every
+	// worker) instead of uniformly at random.
+	cursor *atomic.Uint64
 }
 
 const padAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -71,12 +75,23 @@ func mustJSON(s string) []byte {
 	return out
 }
 
-// Next builds the worker's next fresh push: one partition chosen uniformly,
-// items with transaction ids <runid>-<worker>-<seq>-<i>.
+// Rotate makes the builder pick partitions in turn from cursor (shared by
+// the workers): push k of the run goes to partition k mod partitions, so
+// each partition is written once per lap and idles in between.
+func (b *BodyBuilder) Rotate(cursor *atomic.Uint64) { b.cursor = cursor }
+
+// Next builds the worker's next fresh push: one partition chosen uniformly
+// (or the next in turn, see Rotate), items with transaction ids
+// <runid>-<worker>-<seq>-<i>.
 func (b *BodyBuilder) Next() *Body {
 	seq := b.seq
 	b.seq++
-	part := b.rnd.IntN(len(b.partitions))
+	var part int
+	if b.cursor != nil {
+		part = int((b.cursor.Add(1) - 1) % uint64(len(b.partitions)))
+	} else {
+		part = b.rnd.IntN(len(b.partitions))
+	}
 	out := make([]byte, 0, b.sizeHint)
 	out = append(out, `{"items":[`...)
 	for i := range b.items {

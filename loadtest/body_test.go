@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/segmentio/encoding/json"
@@ -133,4 +134,26 @@ func TestDupRingIsBounded(t *testing.T) {
 	}
 	// Only the three most recent pushes are drawn, all of them.
 	require.Equal(t, map[int64]bool{7: true, 8: true, 9: true}, picked)
+}
+
+// TestBodyBuilderRotate: builders sharing a cursor write the partitions in
+// turn, each item of a push naming the push's partition.
+func TestBodyBuilderRotate(t *testing.T) {
+	t.Parallel()
+	var cursor atomic.Uint64
+	a := NewBodyBuilder("run1", "q", 0, 5, 2, 10, 1)
+	b := NewBodyBuilder("run1", "q", 1, 5, 2, 10, 1)
+	a.Rotate(&cursor)
+	b.Rotate(&cursor)
+	for k := range 12 {
+		w := a
+		if k%3 == 2 {
+			w = b
+		}
+		body := w.Next()
+		require.Equal(t, k%5, body.Partition, "push %d", k)
+		for _, it := range decodeBody(t, body) {
+			require.Equal(t, PartitionName(k%5), it.Partition)
+		}
+	}
 }

@@ -155,6 +155,26 @@ func (c *Client) admin(method, path string, body []byte, okStatuses ...int) ([]b
 	return bytes.Clone(resp.Body()), nil
 }
 
+// BrokerCounts reads the goroutines and partition actors from a Regina
+// broker's GET /metrics (cpu.goroutines, actors); ok is false when the
+// broker does not report them.
+func (c *Client) BrokerCounts() (goroutines, actors int, ok bool) {
+	b, err := c.admin(fasthttp.MethodGet, "/metrics", nil, 200)
+	if err != nil {
+		return 0, 0, false
+	}
+	var m struct {
+		CPU struct {
+			Goroutines *int `json:"goroutines"`
+		} `json:"cpu"`
+		Actors *int `json:"actors"`
+	}
+	if json.Unmarshal(b, &m) != nil || m.CPU.Goroutines == nil || m.Actors == nil {
+		return 0, 0, false
+	}
+	return *m.CPU.Goroutines, *m.Actors, true
+}
+
 // Health checks GET /health answers 2xx.
 func (c *Client) Health() error {
 	_, err := c.admin(fasthttp.MethodGet, "/health", nil, 200, 204)

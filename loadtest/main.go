@@ -29,6 +29,7 @@ type options struct {
 	queue       string
 	connections int
 	partitions  int
+	rotate      bool
 	items       int
 	payload     int
 	dupRatio    float64
@@ -57,6 +58,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.queue, "queue", "loadtest", "queue to push to")
 	fs.IntVar(&o.connections, "connections", 16, "concurrent workers, each with its own keep-alive connection")
 	fs.IntVar(&o.partitions, "partitions", 16, "partitions; each push targets one, chosen uniformly")
+	fs.BoolVar(&o.rotate, "rotate", false, "write the partitions in turn (push k to partition k mod -partitions) instead of at random: with many partitions each idles for a lap, so its actor retires and the dedup cache evicts it")
 	fs.IntVar(&o.items, "items", 10, "items per push")
 	fs.IntVar(&o.payload, "payload", 200, "approximate payload size per item, in bytes")
 	fs.Float64Var(&o.dupRatio, "dup-ratio", 0, "share of pushes (0..1) that resend an earlier push's exact body (retry storm)")
@@ -125,6 +127,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 
 func defaultLabel(o *options) string {
 	s := fmt.Sprintf("c%d-p%d-i%d", o.connections, o.partitions, o.items)
+	if o.rotate {
+		s += "-rot"
+	}
 	if o.rate > 0 {
 		s += "-r" + strconv.FormatFloat(o.rate, 'f', -1, 64)
 	}
@@ -340,6 +345,12 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 	sched := NewScheduler(clock, start, end, o.rate)
 	rec := NewRecorder(start, warmupEnd)
 	ring := NewDupRing(o.dupRing)
+	var cursor *atomic.Uint64
+	if o.rotate {
+		cursor = new(atomic.Uint64)
+	}
+	var gor brokerCounts
+	gorDone := make(chan struct{})
 	var maxLag atomic.Int64
 	var issued atomic.Int64
 
@@ -357,6 +368,19 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 	tickerDone := make(chan struct{})
 	isTTY := isTerminal(stderr)
 	ps.sample(start, warmupEnd)
+	go func() { // its own loop: a slow /metrics never delays the ticker
+		defer close(gorDone)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopTicker:
+				return
+			case now := <-t.C:
+				gor.sample(admin, !now.Before(warmupEnd))
+			}
+		}
+	}()
 	go func() {
 		defer close(tickerDone)
 		t := time.NewTicker(time.Second)
@@ -397,6 +421,9 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 		wg.Go(func() {
 			c := workers[w]
 			b := NewBodyBuilder(runID, o.queue, w, o.partitions, o.items, o.payload, seed)
+			if cursor != nil {
+				b.Rotate(cursor)
+			}
 			rnd := mrand.New(mrand.NewPCG(seed^0x9e3779b97f4a7c15, uint64(w)))
 			bo := NewBackoff(o.maxBackoff, rnd)
 			for {
@@ -430,6 +457,7 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 	finish := clock.Now()
 	close(stopTicker)
 	<-tickerDone
+	<-gorDone
 	lastDone := rec.Finish(finish)
 	rss, cores := ps.sample(finish, warmupEnd)
 	rec.SetProc(rec.LastT(), rss, cores)
@@ -445,7 +473,7 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 		RunID:     runID,
 		StartedAt: start.UTC(),
 		Config: Config{
-			URL: o.url, Queue: o.queue, Connections: o.connections, Partitions: o.partitions,
+			URL: o.url, Queue: o.queue, Connections: o.connections, Partitions: o.partitions, Rotate: o.rotate,
 			Items: o.items, Payload: o.payload, DupRatio: o.dupRatio, DupRing: o.dupRing, Rate: o.rate,
 			Duration: o.duration.String(), Warmup: o.warmup.String(), DedupWindow: o.dedupWindow,
 			Reset: o.reset, Retries: o.retries, MaxBackoff: o.maxBackoff.String(), Timeout: o.timeout.String(), PID: o.pid, Label: o.label,
@@ -474,6 +502,8 @@ func execute(o *options, stderr io.Writer) (*Report, error) {
 		rep.Unsent = max(rep.Planned-issued.Load(), 0)
 		rep.MaxLagMs = ms(time.Duration(maxLag.Load()))
 	}
+	gor.sample(admin, true)
+	gor.report(&rep.Broker)
 	if ps != nil {
 		if ps.failed != nil {
 			rep.Broker.Found += fmt.Sprintf("; sampling stopped: %v", ps.failed)
@@ -513,4 +543,38 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// brokerCounts tracks the goroutines and partition actors a Regina broker
+// reports in GET /metrics (a broker without them leaves them unknown). One
+// goroutine samples it, then report reads it.
+type brokerCounts struct {
+	goroutinesMax, goroutinesLast, actorsMax, actorsLast int
+	seen, failed                                         bool
+}
+
+// sample reads the broker's counts once (measured: after the warmup).
+func (g *brokerCounts) sample(c *Client, measured bool) {
+	if g.failed {
+		return
+	}
+	gr, actors, ok := c.BrokerCounts()
+	if !ok {
+		g.failed = !g.seen // never answered: stop asking
+		return
+	}
+	if !measured {
+		return
+	}
+	g.seen = true
+	g.goroutinesMax, g.goroutinesLast = max(g.goroutinesMax, gr), gr
+	g.actorsMax, g.actorsLast = max(g.actorsMax, actors), actors
+}
+
+func (g *brokerCounts) report(b *Broker) {
+	if !g.seen {
+		return
+	}
+	b.GoroutinesMax, b.GoroutinesLast = &g.goroutinesMax, &g.goroutinesLast
+	b.ActorsMax, b.ActorsLast = &g.actorsMax, &g.actorsLast
 }

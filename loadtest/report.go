@@ -18,6 +18,7 @@ type Config struct {
 	Queue       string  `json:"queue"`
 	Connections int     `json:"connections"`
 	Partitions  int     `json:"partitions"`
+	Rotate      bool    `json:"rotate,omitempty"`
 	Items       int     `json:"items"`
 	Payload     int     `json:"payload_bytes"`
 	DupRatio    float64 `json:"dup_ratio"`
@@ -67,6 +68,13 @@ type Broker struct {
 	RSSMax   *float64 `json:"rss_max_mib,omitempty"`
 	RSSLast  *float64 `json:"rss_last_mib,omitempty"`
 	CPUCores *float64 `json:"cpu_cores,omitempty"`
+	// GoroutinesMax/Last and ActorsMax/Last are what the broker's GET
+	// /metrics reported each second of the measured window (Regina's
+	// cpu.goroutines and actors; unknown for another broker).
+	GoroutinesMax  *int `json:"goroutines_max,omitempty"`
+	GoroutinesLast *int `json:"goroutines_last,omitempty"`
+	ActorsMax      *int `json:"actors_max,omitempty"`
+	ActorsLast     *int `json:"actors_last,omitempty"`
 	// ClkTck is the tick rate used to turn utime+stime into seconds.
 	ClkTck float64 `json:"clk_tck,omitempty"`
 }
@@ -166,8 +174,12 @@ func (r *Report) WriteText(w io.Writer) {
 		rate = fmt.Sprintf("open loop at %s pushes/s", fmtNum(c.Rate))
 	}
 	p("target      %s queue=%s, %s", c.URL, c.Queue, rate)
-	p("shape       %d connections, %d partitions, %d items/push, %d B payload, dup-ratio %.2f, retries %d",
-		c.Connections, c.Partitions, c.Items, c.Payload, c.DupRatio, c.Retries)
+	rot := ""
+	if c.Rotate {
+		rot = " in turn"
+	}
+	p("shape       %d connections, %d partitions%s, %d items/push, %d B payload, dup-ratio %.2f, retries %d",
+		c.Connections, c.Partitions, rot, c.Items, c.Payload, c.DupRatio, c.Retries)
 	p("window      %.2fs measured (warmup %s excluded)", r.WindowSeconds, c.Warmup)
 	p("throughput  %s msgs/s, %s pushes/s", fmtNum(r.MsgsPerSec), fmtNum(r.PushesPerSec))
 	items := fmt.Sprintf("%d total: %d queued, %d duplicate, %d failed, %d not acknowledged", t.Items, t.Queued, t.Duplicate, t.FailedItems, t.ErrorItems)
@@ -209,6 +221,10 @@ func (r *Report) WriteText(w io.Writer) {
 			b.PID, b.Found, fmtOpt(b.RSSMax, 1), fmtOpt(b.RSSLast, 1), fmtOpt(b.CPUCores, 2))
 	} else {
 		p("broker      process unknown (%s): no RSS/CPU", b.Found)
+	}
+	if b.GoroutinesMax != nil {
+		p("broker      goroutines max %d, last %d; partition actors max %d, last %d",
+			*b.GoroutinesMax, *b.GoroutinesLast, *b.ActorsMax, *b.ActorsLast)
 	}
 }
 
