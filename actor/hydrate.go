@@ -62,6 +62,9 @@ type hydrator struct {
 	wg        sync.WaitGroup
 
 	started, finished, failed, aborted, truncated, busy, tooDeep atomic.Uint64
+	// reserved is the memory the loads in flight may take (see
+	// loadBytesPerHash), counted against the budget with the cache's.
+	reserved atomic.Int64
 
 	// skipUntil holds partitions whose sidecar is too deep to fit the budget:
 	// no load is tried for them until the time given.
@@ -76,6 +79,12 @@ const tooDeepBackoff = time.Minute
 // bytesPerHashEstimate is a hash's typical cost in the cache (see
 // cache/doc.go), for deciding before a load whether it could fit.
 const bytesPerHashEstimate = 70
+
+// loadBytesPerHash is what a load takes per hash while it runs: the cache's
+// structures plus the rows read (16 B per hash), which live until the load
+// is installed. Loads reserve it, so loads in flight and the cache together
+// stay within the budget.
+const loadBytesPerHash = bytesPerHashEstimate + 16
 
 func (h *hydrator) skip(p partition.UUID) bool {
 	h.mu.Lock()
@@ -185,12 +194,18 @@ func (r *Registry) hydrate(p partition.UUID, tok cache.HydrateToken, epoch uint6
 	// active partitions together exceed the budget, loads would evict each
 	// other in turn and PostgreSQL would spend its time reading windows.
 	// Partitions that do not fit go on with the full-window probe.
-	if depth, err := r.store.SidecarDepth(ctx, p); err == nil &&
-		(depth*bytesPerHashEstimate > h.budget || r.cache.Stats().Bytes+depth*bytesPerHashEstimate > h.budget) {
-		r.cache.AbortHydrate(tok)
-		h.tooDeep.Add(1)
-		h.skipFor(p, tooDeepBackoff)
-		return
+	// The room left counts the other loads in flight (two loads that each
+	// fit the room alone must not both start).
+	if depth, err := r.store.SidecarDepth(ctx, p); err == nil {
+		need := depth * loadBytesPerHash
+		held := h.reserved.Add(need)
+		defer h.reserved.Add(-need)
+		if need > h.budget || r.cache.Bytes()+held > h.budget {
+			r.cache.AbortHydrate(tok)
+			h.tooDeep.Add(1)
+			h.skipFor(p, tooDeepBackoff)
+			return
+		}
 	}
 	res, err := r.store.LoadHydration(ctx, p, h.maxHashes)
 	if err != nil {

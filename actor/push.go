@@ -27,7 +27,8 @@ import (
 //     transaction ids, mint message ids, ask the cache for a probe
 //     watermark, run the store's push transaction, teach the cache what was
 //     written, and answer every group of the batch.
-//  3. An actor whose mailbox stayed empty for IdleTimeout retires; one that
+//  3. An actor whose mailbox stayed empty for IdleTimeout (BusyIdleTimeout
+//     while more than ActorsSoftLimit are live) retires; one that
 //     sees the registry close drains its mailbox first.
 
 // errRetired is enqueue's answer when the actor retired between the
@@ -157,6 +158,7 @@ func (r *Registry) submit(q *request) error {
 		if a == nil {
 			a = newActor(r, q.group.Queue, q.group.Partition)
 			r.actors[k] = a
+			r.live.Store(int64(len(r.actors)))
 			r.wg.Add(1)
 			go a.run()
 		}
@@ -353,7 +355,7 @@ func (a *actor) run() {
 				clear(batch) // answered: keep no request (nor its payloads) alive
 			}
 			a.release()
-			idle.Reset(a.reg.cfg.IdleTimeout)
+			idle.Reset(a.reg.idleTimeout())
 		}
 	})
 }

@@ -311,3 +311,34 @@ type failingStore struct {
 func (f *failingStore) Push(context.Context, *reginatype.PushBatch) (reginatype.PushResult, error) {
 	return reginatype.PushResult{}, f.err
 }
+
+// Above ActorsSoftLimit live actors, an actor whose mailbox empties retires
+// after BusyIdleTimeout; at or below it, after IdleTimeout (an hour here, so
+// any retirement comes from the limit). Live actors settle at the limit.
+func TestActorsAboveTheSoftLimitRetireSoon(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{IdleTimeout: time.Hour, ActorsSoftLimit: 3, BusyIdleTimeout: time.Millisecond})
+	retired := make(chan struct{}, 16)
+	b.reg.hooks.retired = func(*actor) { retired <- struct{}{} }
+	for i := range 8 {
+		g := group("q", fmt.Sprintf("p%d", i), "x")
+		b.reg.Push(context.Background(), []*reginatype.PushGroup{g})
+		require.NoError(t, g.Err)
+	}
+	// 8 actors were started; with 3 allowed, at least 5 retire. Each one
+	// that does retires while more than 3 were live (under the hour's
+	// timeout nothing else retires), so the count never goes below 3.
+	// p0 and p1 emptied their mailboxes with at most 3 live: an hour's
+	// timeout. p3-p7 each did with at least 4 live (p0-p2 and itself): they
+	// retire. p2 may have done either (p3 may start before p2 re-arms).
+	for range 5 {
+		select {
+		case <-retired:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of the actors above the soft limit retired", len(retired))
+		}
+	}
+	n := b.reg.Stats().Actors
+	require.LessOrEqual(t, n, 3, "actors above the soft limit retire")
+	require.GreaterOrEqual(t, n, 2, "actors started at or below the limit keep the long timeout")
+}

@@ -57,6 +57,15 @@ type Config struct {
 	// IdleTimeout retires an actor whose mailbox stayed empty this long
 	// (default 30s).
 	IdleTimeout time.Duration
+	// ActorsSoftLimit bounds the live actors, so that memory does not grow
+	// with the partitions written in the last IdleTimeout (default 10000;
+	// an idle actor costs about 6 KiB, mostly its goroutine's stack): while
+	// more are live, an actor whose mailbox empties retires after
+	// BusyIdleTimeout instead. Pushes are never refused for it.
+	ActorsSoftLimit int
+	// BusyIdleTimeout is the idle timeout while more than ActorsSoftLimit
+	// actors are live (default 1s, at most IdleTimeout).
+	BusyIdleTimeout time.Duration
 	// Logger receives the actors' logs.
 	Logger zerolog.Logger
 
@@ -106,6 +115,13 @@ func (c Config) WithDefaults() Config {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 30 * time.Second
 	}
+	if c.ActorsSoftLimit <= 0 {
+		c.ActorsSoftLimit = 10000
+	}
+	if c.BusyIdleTimeout <= 0 {
+		c.BusyIdleTimeout = time.Second
+	}
+	c.BusyIdleTimeout = min(c.BusyIdleTimeout, c.IdleTimeout)
 	if c.Metrics == nil {
 		c.Metrics = metrics.New(metrics.Config{})
 	}
@@ -149,6 +165,7 @@ type Registry struct {
 
 	mu      sync.Mutex
 	actors  map[string]*actor
+	live    atomic.Int64 // len(actors), read without mu
 	closing bool
 	wg      sync.WaitGroup
 	stop    chan struct{}
@@ -255,12 +272,25 @@ func (r *Registry) remove(a *actor) {
 	r.mu.Lock()
 	if r.actors[a.key] == a {
 		delete(r.actors, a.key)
+		r.live.Store(int64(len(r.actors)))
 	}
 	r.mu.Unlock()
 	if h := r.hooks.retired; h != nil {
 		h(a)
 	}
 	r.wg.Done()
+}
+
+// idleTimeout is how long an actor whose mailbox just emptied waits for
+// more before it retires: IdleTimeout, or BusyIdleTimeout while more than
+// ActorsSoftLimit actors are live (with partitions written in turn, live
+// actors then stay near the limit plus those written in the last
+// BusyIdleTimeout, instead of every partition of the last IdleTimeout).
+func (r *Registry) idleTimeout() time.Duration {
+	if r.live.Load() > int64(r.cfg.ActorsSoftLimit) {
+		return r.cfg.BusyIdleTimeout
+	}
+	return r.cfg.IdleTimeout
 }
 
 // MailboxDepth returns the number of items waiting (not yet in a batch) in

@@ -379,6 +379,14 @@ type Stats struct {
 	Evictions uint64
 }
 
+// Bytes returns the estimated memory the cache holds, without walking the
+// partitions (Stats does).
+func (c *Cache) Bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
+}
+
 // Stats returns a snapshot. It walks the held partitions (O(partitions)).
 func (c *Cache) Stats() Stats {
 	s := Stats{
