@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -82,10 +83,18 @@ func TestProbePlansStayIndexDriven(t *testing.T) {
 
 	full, wm := probePlans(t, schema, func(ctx context.Context, conn *pgx.Conn) {
 		for i := range 8 {
-			for _, w := range []int64{reginatype.NoWatermark, 199990} {
+			for _, wide := range []bool{true, false} {
+				// A watermark close below the next offset: push_probe
+				// switches to the full-window probe when more than 16
+				// offsets per hash lie above it.
+				w := reginatype.NoWatermark
+				if !wide {
+					require.NoError(t, conn.QueryRow(ctx, `SELECT next_offset - 10 FROM partitions WHERE id = $1`,
+						[16]byte(ref.ID)).Scan(&w))
+				}
 				b := &reginatype.PushBatch{Partition: ref.ID, WindowHint: 3600, Watermark: w}
 				id := partition.NewV7()
-				b.Add(partition.HashTxID(string(rune('a'+i))+"-"+string(rune('0'+w%7+1))), id,
+				b.Add(partition.HashTxID(fmt.Sprintf("%c-%t", 'a'+i, wide)), id,
 					&partition.Body{TransactionID: "x", Payload: []byte("1")})
 				var status string
 				err := conn.QueryRow(ctx, `SELECT status FROM push_segment($1, $2, $3, $4, $5, $6, $7, $8)`,
@@ -97,6 +106,10 @@ func TestProbePlansStayIndexDriven(t *testing.T) {
 	})
 	require.Len(t, full, 8)
 	require.Len(t, wm, 8)
+	for _, p := range append(full[:len(full):len(full)], wm...) {
+		require.Regexp(t, `Hash Cond: \((c\.h = h\.h|h\.h = c\.h)\)`, p, "the probe must hash-join the batch's hashes")
+		require.NotContains(t, p, "Join Filter", p)
+	}
 	for _, p := range full {
 		require.Contains(t, p, "log_txns_hashes", "full-window probe must use the GIN index:\n%s", p)
 		require.NotContains(t, p, "Seq Scan on log_txns", p)

@@ -28,6 +28,7 @@ DECLARE
     n       integer := cardinality(p_hashes);
     v_win   integer;
     v_check text;
+    v_next  bigint;
 BEGIN
     status := 'locked';
     window_seconds := 0;
@@ -41,7 +42,7 @@ BEGIN
     IF p_window_hint <= 0 OR n = 0 THEN
         RETURN;
     END IF;
-    SELECT q.dedup_window_seconds, q.dedup_payload_check INTO v_win, v_check
+    SELECT q.dedup_window_seconds, q.dedup_payload_check, p.next_offset INTO v_win, v_check, v_next
       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
      WHERE p.id = p_partition;
     IF NOT FOUND OR v_win = 0 OR (v_check <> 'off') <> (p_fps IS NOT NULL) THEN
@@ -50,44 +51,9 @@ BEGIN
     window_seconds := v_win;
     payload_check := v_check;
 
-    IF p_watermark < 0 OR window_seconds > p_window_hint THEN
-        -- push_segment's full-window probe (see there for the planner notes).
-        PERFORM set_config('enable_seqscan', 'off', true);
-        SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}'),
-               coalesce(array_agg(d.created ORDER BY d.i), '{}'), coalesce(array_agg(d.fp ORDER BY d.i), '{}')
-          INTO dup_idx, dup_ids, dup_created, dup_fps
-          FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
-                       coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
-                                   FROM queen.segments s
-                                  WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
-                                '\x00000000000000000000000000000000'::bytea) AS mid,
-                       l.created_at AS created, l.fingerprints[m.o] AS fp
-                  FROM queen.log_txns l
-                 CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
-                  JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
-                 WHERE l.hashes && p_hashes
-                   AND (l.partition_id = p_partition) IS TRUE
-                   AND l.created_at > now() - make_interval(secs => window_seconds)
-                 ORDER BY h.i, l.first_offset, m.o) d;
-    ELSE
-        -- push_segment's watermark probe.
-        SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}'),
-               coalesce(array_agg(d.created ORDER BY d.i), '{}'), coalesce(array_agg(d.fp ORDER BY d.i), '{}')
-          INTO dup_idx, dup_ids, dup_created, dup_fps
-          FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
-                       coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
-                                   FROM queen.segments s
-                                  WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
-                                '\x00000000000000000000000000000000'::bytea) AS mid,
-                       l.created_at AS created, l.fingerprints[m.o] AS fp
-                  FROM queen.log_txns l
-                 CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
-                  JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
-                 WHERE l.partition_id = p_partition
-                   AND l.first_offset > p_watermark
-                   AND l.created_at > now() - make_interval(secs => window_seconds)
-                 ORDER BY h.i, l.first_offset, m.o) d;
-    END IF;
+    SELECT d.dup_idx, d.dup_ids, d.dup_created, d.dup_fps INTO dup_idx, dup_ids, dup_created, dup_fps
+      FROM queen.push_probe(p_partition, p_hashes, window_seconds,
+                            CASE WHEN window_seconds > p_window_hint THEN -1 ELSE p_watermark END, v_next) d;
     IF cardinality(dup_idx) = n THEN
         status := 'ok';
         -- With a synchronous standby, a verdict may name only originals the

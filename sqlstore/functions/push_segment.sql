@@ -48,7 +48,6 @@ DECLARE
     v_ids    bytea;
     v_bodies bytea;
     v_fps    bigint[];
-    v_seqscan text;
 BEGIN
     created_at := now();
     first_offset := -1;
@@ -98,55 +97,9 @@ BEGIN
         -- hint. When the queue's window has grown since (a reconfiguration
         -- the caller has not seen yet), the cache may have trimmed or never
         -- loaded hashes that are inside the larger window: probe it whole.
-        IF p_watermark < 0 OR window_seconds > p_window_hint THEN
-            -- The planner misjudges this probe when a partition's hash arrays
-            -- are stored out of line (the table looks small) and picks a
-            -- sequential scan for its first custom plans: hundreds of ms per
-            -- push. The GIN index is always right here.
-            v_seqscan := current_setting('enable_seqscan');
-            PERFORM set_config('enable_seqscan', 'off', true);
-            -- Full-window probe, driven by the GIN index on hashes. The
-            -- partition filter is written so that it cannot be an index
-            -- condition: with a generic plan the planner would otherwise pick
-            -- the primary key for it and scan the partition's whole window.
-            SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}'),
-                   coalesce(array_agg(d.created ORDER BY d.i), '{}'), coalesce(array_agg(d.fp ORDER BY d.i), '{}')
-              INTO dup_idx, dup_ids, dup_created, dup_fps
-              FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
-                           coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
-                                       FROM queen.segments s
-                                      WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
-                                    '\x00000000000000000000000000000000'::bytea) AS mid,
-                           l.created_at AS created, l.fingerprints[m.o] AS fp
-                      FROM queen.log_txns l
-                     CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
-                      JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
-                     WHERE l.hashes && p_hashes
-                       AND (l.partition_id = p_partition) IS TRUE
-                       AND l.created_at > now() - make_interval(secs => window_seconds)
-                     ORDER BY h.i, l.first_offset, m.o) d;
-            PERFORM set_config('enable_seqscan', v_seqscan, true);
-        ELSE
-            -- Watermark probe: only segments above the offset the cache vouches
-            -- for, through the primary key. No && here, so the GIN index is not
-            -- a candidate.
-            SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'), coalesce(array_agg(d.mid ORDER BY d.i), '{}'),
-                   coalesce(array_agg(d.created ORDER BY d.i), '{}'), coalesce(array_agg(d.fp ORDER BY d.i), '{}')
-              INTO dup_idx, dup_ids, dup_created, dup_fps
-              FROM (SELECT DISTINCT ON (h.i) h.i::integer AS i,
-                           coalesce((SELECT substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16)
-                                       FROM queen.segments s
-                                      WHERE s.partition_id = p_partition AND s.first_offset = l.first_offset),
-                                    '\x00000000000000000000000000000000'::bytea) AS mid,
-                           l.created_at AS created, l.fingerprints[m.o] AS fp
-                      FROM queen.log_txns l
-                     CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
-                      JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = m.h
-                     WHERE l.partition_id = p_partition
-                       AND l.first_offset > p_watermark
-                       AND l.created_at > now() - make_interval(secs => window_seconds)
-                     ORDER BY h.i, l.first_offset, m.o) d;
-        END IF;
+        SELECT d.dup_idx, d.dup_ids, d.dup_created, d.dup_fps INTO dup_idx, dup_ids, dup_created, dup_fps
+          FROM queen.push_probe(p_partition, p_hashes, window_seconds,
+                                CASE WHEN window_seconds > p_window_hint THEN -1 ELSE p_watermark END, v_next) d;
     END IF;
 
     status := 'ok';
