@@ -123,6 +123,7 @@ func (q *request) deliver(ctx context.Context) {
 	default:
 	}
 	if q.owner != nil && q.owner.withdraw(q) {
+		q.owner.reg.withdrawn.Add(1)
 		g.Err = fmt.Errorf("push %s/%s: gave up waiting before the batch started, nothing written: %w",
 			g.Queue, g.Partition, ctx.Err())
 		return
@@ -140,6 +141,9 @@ func (q *request) deliver(ctx context.Context) {
 	case <-q.done: // answered meanwhile: deliver the verdict after all
 		q.deliver(ctx)
 	default:
+		if q.owner != nil {
+			q.owner.reg.abandoned.Add(1)
+		}
 		g.Err = fmt.Errorf("push %s/%s: gave up waiting for the batch: %w (%w)",
 			g.Queue, g.Partition, reginatype.ErrOutcomeUnknown, ctx.Err())
 	}

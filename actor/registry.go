@@ -147,6 +147,12 @@ type Stats struct {
 	// the batches that tried it and went on to the locked transaction.
 	UnlockedDups   uint64
 	FastPathMisses uint64
+	// Withdrawn counts the push groups taken out of a mailbox because their
+	// caller stopped waiting (a client that disconnected) before their batch
+	// started: nothing of them was written. Abandoned counts those whose
+	// caller stopped waiting once their batch had started: their verdict
+	// stands, only its delivery was dropped.
+	Withdrawn, Abandoned uint64
 	// DedupCache is the dedup cache's snapshot (a disabled cache counts
 	// every watermark as a "disabled" sentinel), Hydrations its loads.
 	DedupCache cache.Stats
@@ -176,6 +182,7 @@ type Registry struct {
 
 	batches, queued, duplicates, mailboxFull, pushFailures atomic.Uint64
 	unlockedDups, fastPathMisses                           atomic.Uint64
+	withdrawn, abandoned                                   atomic.Uint64
 
 	// epochMu orders the cache's reset on a new store epoch (write lock)
 	// against what is taught to it (Learn, FinishHydrate: read lock), so
@@ -322,6 +329,7 @@ func (r *Registry) Stats() Stats {
 		Actors: n, MailboxDepth: depth, Batches: r.batches.Load(), Queued: r.queued.Load(),
 		Duplicates: r.duplicates.Load(), MailboxFull: r.mailboxFull.Load(), PushFailures: r.pushFailures.Load(),
 		UnlockedDups: r.unlockedDups.Load(), FastPathMisses: r.fastPathMisses.Load(),
+		Withdrawn: r.withdrawn.Load(), Abandoned: r.abandoned.Load(),
 		DedupCache: r.cache.Stats(), Hydrations: r.hyd.stats(),
 	}
 }
@@ -341,6 +349,7 @@ func (r *Registry) Snapshot() metrics.Snapshot {
 	return metrics.Snapshot{
 		Actors: st.Actors, MailboxDepth: st.MailboxDepth, MailboxFull: st.MailboxFull, PushFailures: st.PushFailures,
 		Batches: st.Batches, Queued: st.Queued, Duplicates: st.Duplicates,
+		Withdrawn: st.Withdrawn, Abandoned: st.Abandoned,
 		Cache: metrics.CacheSnapshot{
 			Hits: c.Hits, Found: c.Found, Sentinels: c.Sentinels, SentinelsByReason: c.SentinelsByReason,
 			Bytes: c.Bytes, Budget: budget, Hashes: c.Hashes,

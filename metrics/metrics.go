@@ -308,8 +308,11 @@ type Snapshot struct {
 	// Batches counts push transactions; Queued and Duplicates the items
 	// answered queued and duplicate.
 	Batches, Queued, Duplicates uint64
-	Pool                        PoolSnapshot
-	Cache                       CacheSnapshot
+	// Withdrawn and Abandoned count the push groups whose caller stopped
+	// waiting: before their batch started (nothing written) and after.
+	Withdrawn, Abandoned uint64
+	Pool                 PoolSnapshot
+	Cache                CacheSnapshot
 }
 
 // PoolSnapshot is the PostgreSQL connection pool.
@@ -360,10 +363,14 @@ var (
 	descMailbox      = desc("regina_mailbox_depth_items", "Items waiting in all partition mailboxes.")
 	descMailboxFull  = desc("regina_mailbox_full_total", "Push groups refused with 503 because a mailbox was full.")
 	descPushFailures = desc("regina_push_failures_total", "Push batches that failed (their items got a 5xx or a failed status).")
-	descPoolConns    = desc("regina_db_pool_connections", "PostgreSQL pool connections by state.", "state")
-	descPoolMax      = desc("regina_db_pool_max_connections", "PostgreSQL pool size (DB_POOL_SIZE).")
-	descPoolWaits    = desc("regina_db_pool_empty_acquires_total", "Pool acquires that found no idle connection and had to wait.")
-	descProbes       = desc("regina_dedup_probes_total",
+	descWithdrawn    = desc("regina_push_withdrawn_total",
+		"Push groups dropped from a mailbox because their client disconnected before their batch started (nothing written).")
+	descAbandoned = desc("regina_push_abandoned_total",
+		"Push groups whose client disconnected after their batch started (the verdict stands; it was not delivered).")
+	descPoolConns = desc("regina_db_pool_connections", "PostgreSQL pool connections by state.", "state")
+	descPoolMax   = desc("regina_db_pool_max_connections", "PostgreSQL pool size (DB_POOL_SIZE).")
+	descPoolWaits = desc("regina_db_pool_empty_acquires_total", "Pool acquires that found no idle connection and had to wait.")
+	descProbes    = desc("regina_dedup_probes_total",
 		"Push probes by path (watermark: the cache vouched for the partition, the probe scans only "+
 			"segments above it; full_window: the whole window through the GIN index) and cause "+
 			"(cache_hit, or the cache's reason for the sentinel).", "path", "cause")
@@ -381,7 +388,7 @@ var (
 type snapshotCollector struct{ m *Metrics }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descActors, descMailbox, descMailboxFull, descPushFailures, descPoolConns,
+	for _, d := range []*prometheus.Desc{descActors, descMailbox, descMailboxFull, descPushFailures, descWithdrawn, descAbandoned, descPoolConns,
 		descPoolMax, descPoolWaits, descProbes, descFound, descCacheBytes, descBudget, descHashes, descCacheParts,
 		descEvictions, descHydrations, descHydRunning} {
 		ch <- d
@@ -404,6 +411,8 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descMailbox, float64(s.MailboxDepth))
 	counter(descMailboxFull, float64(s.MailboxFull))
 	counter(descPushFailures, float64(s.PushFailures))
+	counter(descWithdrawn, float64(s.Withdrawn))
+	counter(descAbandoned, float64(s.Abandoned))
 
 	p := &s.Pool
 	gauge(descPoolConns, float64(p.Idle), "idle")

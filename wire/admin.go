@@ -43,7 +43,7 @@ func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) {
 		"requests": map[string]any{"total": reqs, "rate": reqRate},
 		"messages": map[string]any{"total": msgs, "rate": msgRate, "queued": st.Queued,
 			"duplicates": st.Duplicates, "batches": st.Batches, "mailboxFull": st.MailboxFull,
-			"pushFailures": st.PushFailures},
+			"pushFailures": st.PushFailures, "withdrawn": st.Withdrawn, "abandoned": st.Abandoned},
 		"actors":       st.Actors,
 		"mailboxDepth": st.MailboxDepth,
 		"database": map[string]any{"poolSize": ps.Total, "idleConnections": ps.Idle,

@@ -1,8 +1,6 @@
 package wire
 
 import (
-	"context"
-
 	"github.com/valyala/fasthttp"
 
 	"github.com/regina-mq/regina/partition"
@@ -30,10 +28,11 @@ func (s *Server) handlePush(ctx *fasthttp.RequestCtx) {
 	}
 	// A producerSub in the body is never read: the token's sub is stamped.
 	groups, refs := groupPush(items, producerSub(ctx))
-	// fasthttp's RequestCtx is done only when the server shuts down, and
-	// shutdown must answer every push already waiting with its verdict (the
-	// actors drain their mailboxes): the wait must not end with it.
-	s.b.Pusher.Push(context.WithoutCancel(ctx), groups)
+	// Not ctx itself: it is done at shutdown, which must answer every push
+	// already waiting with its verdict. pctx ends when the client is gone.
+	pctx, stop := pushContext(ctx)
+	s.b.Pusher.Push(pctx, groups)
+	stop()
 	s.countPush(groups)
 
 	var failed error

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -439,8 +442,81 @@ func TestActorBatchesConcurrentPushes(t *testing.T) {
 }
 
 type metricsView struct {
-	Actors  int `json:"actors"`
-	Mailbox int `json:"mailboxDepth"`
+	Actors   int `json:"actors"`
+	Mailbox  int `json:"mailboxDepth"`
+	Messages struct {
+		Withdrawn uint64 `json:"withdrawn"`
+		Abandoned uint64 `json:"abandoned"`
+	} `json:"messages"`
+}
+
+// rawPush sends a push of one item per transaction id to queue on a
+// connection of its own and returns the connection without reading the
+// answer: closing it is a client that gave up.
+func rawPush(t *testing.T, b *testBroker, queue string, txids ...string) net.Conn {
+	t.Helper()
+	items := make([]item, len(txids))
+	for i, tx := range txids {
+		items[i] = item{"queue": queue, "transactionId": tx, "payload": map[string]any{"i": i}}
+	}
+	body, err := json.Marshal(map[string]any{"items": items})
+	require.NoError(t, err)
+	u, err := url.Parse(b.URL)
+	require.NoError(t, err)
+	c, err := net.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = fmt.Fprintf(c, "POST /api/v1/push HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
+		"Content-Length: %d\r\n\r\n%s", u.Host, len(body), body)
+	require.NoError(t, err)
+	return c
+}
+
+// TestPushOfAGoneClient: a client that disconnects while its push waits in a
+// mailbox has it dropped before it reaches PostgreSQL (nothing written: a
+// retry of its transaction ids is queued, not a duplicate); one that
+// disconnects once its push is in a batch does not: the batch commits, and a
+// retry is answered duplicate.
+func TestPushOfAGoneClient(t *testing.T) {
+	t.Parallel()
+	hook, release, first := holdActors()
+	defer release()
+	b := startBroker(t, "", func(c *Config) { c.beforeBatch = hook })
+	d := newDB(t, b.Schema)
+
+	inBatch := rawPush(t, b, "held", "a1")
+	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		if first.Load() != 1 {
+			return errors.New("the first push is not in the held batch yet")
+		}
+		return nil
+	})
+	queued := rawPush(t, b, "held", "b1", "b2")
+	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		if m := metrics(t, b); m.Mailbox != 2 {
+			return fmt.Errorf("mailbox holds %d items, want 2", m.Mailbox)
+		}
+		return nil
+	})
+	require.NoError(t, inBatch.Close())
+	require.NoError(t, queued.Close())
+	checkFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		if m := metrics(t, b); m.Messages.Withdrawn != 1 || m.Messages.Abandoned != 1 || m.Mailbox != 0 {
+			return fmt.Errorf("withdrawn %d, abandoned %d, mailbox %d; want 1, 1, 0",
+				m.Messages.Withdrawn, m.Messages.Abandoned, m.Mailbox)
+		}
+		return nil
+	})
+	release()
+
+	again := b.push(t,
+		item{"queue": "held", "transactionId": "a1"},
+		item{"queue": "held", "transactionId": "b1"},
+		item{"queue": "held", "transactionId": "b2"},
+	)
+	require.Equal(t, []string{"duplicate", "queued", "queued"}, statuses(again))
+	_, frames, _, _, _ := d.partitionStats(t, "held", "Default")
+	require.Equal(t, int64(3), frames)
 }
 
 func metrics(t *testing.T, b *testBroker) metricsView {
