@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,7 +107,7 @@ func TestProbePlansStayIndexDriven(t *testing.T) {
 	})
 	require.Len(t, full, 8)
 	require.Len(t, wm, 8)
-	for _, p := range append(full[:len(full):len(full)], wm...) {
+	for _, p := range append(slices.Clip(full), wm...) {
 		require.Regexp(t, `Hash Cond: \((c\.h = h\.h|h\.h = c\.h)\)`, p, "the probe must hash-join the batch's hashes")
 		require.NotContains(t, p, "Join Filter", p)
 	}
