@@ -129,7 +129,9 @@
 // 10M, 100M) at -partitions partitions. Every point gets two fresh schemas,
 // one for Regina and one for the ceiling: the GIN index on log_txns.hashes
 // spans the whole table, so a point must not carry another point's rows.
-// All points are prepared first: partitions created (above 1,000 with one
+// All points are prepared first (the pop points before the push points, so
+// that the hash points' rows are still inside their window when the rounds
+// start): partitions created (above 1,000 with one
 // INSERT of the rows queen.ensure_partition would write); for the hash
 // points, the hashes written by SQL (scalegen.go: INSERT ... SELECT into
 // log_txns and segments as the push would have written them: md5-derived
