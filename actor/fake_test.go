@@ -22,11 +22,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // expiry): enough to test the pipeline around the database. Anything that
 // tests SQL runs against PostgreSQL elsewhere.
 type fakeStore struct {
-	// before, when set, runs at the start of EnsurePartition ("ensure") and
-	// Push ("push"); tests use it to hold the actor or to panic.
+	// before, when set, runs at the start of EnsurePartition ("ensure"),
+	// Push ("push") and LoadHydration ("load"); tests use it to hold the
+	// actor (or a cache load) or to panic.
 	before func(op string)
 	// epoch is what Epoch reports; tests move it on to act a failover.
 	epoch atomic.Uint64
+	// depth is what SidecarDepth reports.
+	depth atomic.Int64
 
 	// check is every queue's dedupPayloadCheck ("" is off).
 	check partition.PayloadCheck
@@ -118,9 +121,14 @@ func (f *fakeStore) Push(_ context.Context, b *reginatype.PushBatch) (reginatype
 	return res, nil
 }
 
-func (f *fakeStore) SidecarDepth(context.Context, partition.UUID) (int64, error) { return 0, nil }
+func (f *fakeStore) SidecarDepth(context.Context, partition.UUID) (int64, error) {
+	return f.depth.Load(), nil
+}
 
 func (f *fakeStore) LoadHydration(context.Context, partition.UUID, int) (reginatype.Hydration, error) {
+	if f.before != nil {
+		f.before("load")
+	}
 	return reginatype.Hydration{}, nil
 }
 
