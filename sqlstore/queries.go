@@ -13,6 +13,7 @@ type queries struct {
 	ensurePartition                                                                               string
 	pushSegment                                                                                   string
 	pushDups                                                                                      string
+	pushSegments                                                                                  string
 	configure                                                                                     string
 	deleteQueue                                                                                   string
 	deletePartitions                                                                              string
@@ -88,6 +89,9 @@ func newQueries(schema string) queries {
 		pushSegment: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created,
 				payload_check, dup_fps
 			FROM queen.push_segment($1, $2, $3, $4, $5, $6, $7, $8)`,
+		pushSegments: `SELECT k, status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created,
+				payload_check, dup_fps
+			FROM queen.push_segments($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		pushDups: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created,
 				payload_check, dup_fps
 			FROM queen.push_dups($1, $2, $3, $4, $5)`,
@@ -176,7 +180,7 @@ func newQueries(schema string) queries {
 	q.traces = newTraceQueries(schema)
 	q.streams = newStreamQueries(schema)
 	q.stats = newStatsQueries(schema)
-	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.pushDups, &q.configure, &q.deleteQueue,
+	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.pushDups, &q.pushSegments, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,
 		&q.retentionTargets, &q.evictionTargets, &q.purgeLogTxns, &q.purgeSegments, &q.purgeConsumed,

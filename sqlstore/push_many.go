@@ -1,0 +1,273 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/regina-mq/regina/reginatype"
+)
+
+// PushShape is how PushMany sends several partitions' batches.
+type PushShape int
+
+const (
+	// ShapeOneTransaction sends every batch in one statement
+	// (queen.push_segments): one round trip, one transaction, one commit.
+	ShapeOneTransaction PushShape = iota
+	// ShapePipelined sends one queen.push_segment per batch, each its own
+	// transaction, pipelined on one connection: one round trip, one commit
+	// per batch.
+	ShapePipelined
+)
+
+// String names the shape as the configuration and the benchmarks do.
+func (s PushShape) String() string {
+	if s == ShapePipelined {
+		return "pipelined"
+	}
+	return "one-transaction"
+}
+
+// PushMany runs the push transactions of several batches (of distinct
+// partitions) in one round trip, with the given shape, and sets res[i] and
+// errs[i] for batch i as Push would (the read-only duplicate fast path
+// aside: PushMany always takes the locked path). res and errs must be as long
+// as bs.
+//
+// One batch's trouble never fails another's: a partition that is missing or
+// whose window changed gets its own ErrPartitionMissing or ErrWindowChanged
+// and nothing of it is written, while the others commit. When the one
+// transaction fails with a PostgreSQL error (so nothing committed), each
+// batch is run again alone, so an error that belongs to one batch stays
+// with it. Only an outcome the connection leaves unknown (or an unreachable
+// server) is every batch's error.
+func (s *Store) PushMany(ctx context.Context, shape PushShape, bs []*reginatype.PushBatch, res []reginatype.PushResult, errs []error) {
+	for i := range bs {
+		res[i], errs[i] = reginatype.PushResult{}, nil
+	}
+	if len(bs) == 0 {
+		return
+	}
+	// Acquire first: see Push (the epoch moves on before anything runs).
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		fill(errs, classify(err))
+		return
+	}
+	epoch := s.Epoch()
+	if shape == ShapePipelined {
+		err = s.pushPipelined(ctx, conn, epoch, bs, res, errs)
+		conn.Release()
+		if err != nil {
+			fill(errs, classify(err))
+		}
+		return
+	}
+	err = s.pushOneTransaction(ctx, conn, epoch, bs, res, errs)
+	conn.Release()
+	if err == nil {
+		return
+	}
+	if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Severity == "FATAL" || pe.Severity == "PANIC" {
+		fill(errs, classify(err))
+		return
+	}
+	// The statement failed, so the transaction rolled back: nothing of any
+	// batch is written. Each runs alone, and keeps its own outcome.
+	for i, b := range bs {
+		x := *b
+		x.ExpectDuplicates = false
+		res[i], errs[i] = s.Push(ctx, &x)
+	}
+}
+
+func fill(errs []error, err error) {
+	for i := range errs {
+		errs[i] = err
+	}
+}
+
+// watermarkFor is b's watermark, or NoWatermark when it was computed under
+// another epoch than the connection's.
+func watermarkFor(b *reginatype.PushBatch, epoch uint64) int64 {
+	if b.Epoch != epoch {
+		return reginatype.NoWatermark
+	}
+	return b.Watermark
+}
+
+// pushStatus turns push_segment's status into Push's error.
+func pushStatus(status string) error {
+	switch status {
+	case "ok":
+		return nil
+	case "missing":
+		return reginatype.ErrPartitionMissing
+	case "window_changed":
+		return reginatype.ErrWindowChanged
+	default:
+		return fmt.Errorf("push_segment: unexpected status %q", status)
+	}
+}
+
+// pushOneTransaction runs queen.push_segments for bs. A non-nil error is the
+// statement's (nothing committed, or the outcome unknown).
+func (s *Store) pushOneTransaction(ctx context.Context, conn *pgxpool.Conn, epoch uint64, bs []*reginatype.PushBatch,
+	res []reginatype.PushResult, errs []error) error {
+	var (
+		parts  = make([][16]byte, len(bs))
+		hints  = make([]int32, len(bs))
+		marks  = make([]int64, len(bs))
+		counts = make([]int32, len(bs))
+		hasFps = make([]bool, len(bs))
+		hashes [][]byte
+		fps    = []int64{}
+		nIDs   int
+		nBody  int
+	)
+	for _, b := range bs {
+		nIDs += len(b.IDs)
+		nBody += len(b.Bodies)
+	}
+	ids := make([]byte, 0, nIDs)
+	bodies := make([]byte, 0, nBody)
+	var ends []int32
+	for i, b := range bs {
+		parts[i] = b.Partition
+		hints[i] = int32(b.WindowHint)
+		marks[i] = watermarkFor(b, epoch)
+		counts[i] = int32(b.Len())
+		hasFps[i] = b.Fingerprints != nil
+		hashes = append(hashes, b.Hashes...)
+		ids = append(ids, b.IDs...)
+		bodies = append(bodies, b.Bodies...)
+		ends = append(ends, b.Ends...)
+		fps = append(fps, b.Fingerprints...)
+	}
+	rows, err := conn.Query(ctx, s.sql.pushSegments, parts, hints, marks, counts, hashes, ids, bodies, ends, fps, hasFps)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var k int32
+		var r reginatype.PushResult
+		status, err := scanPush(prefixRow{rows: rows, prefix: &k}, &r)
+		if err != nil {
+			return err
+		}
+		if k < 1 || int(k) > len(bs) {
+			return fmt.Errorf("push_segments: batch %d of %d", k, len(bs))
+		}
+		r.Epoch = epoch
+		res[k-1], errs[k-1] = r, pushStatus(status)
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if seen != len(bs) {
+		return fmt.Errorf("push_segments: %d results for %d batches", seen, len(bs))
+	}
+	return nil
+}
+
+// prefixRow scans a row whose first column is prefix and the rest what
+// scanPush reads.
+type prefixRow struct {
+	rows   pgx.Rows
+	prefix any
+}
+
+// Scan implements pgx.Row.
+func (p prefixRow) Scan(dest ...any) error {
+	return p.rows.Scan(append([]any{p.prefix}, dest...)...)
+}
+
+// pushSegmentStmt names the prepared push_segment of the pipelined shape.
+const pushSegmentStmt = "regina_push_segment"
+
+// pushPipelined sends one push_segment per batch, each followed by a Sync
+// (its own transaction), then reads the answers. A non-nil error is the
+// connection's (every outcome unknown); a statement's error is its batch's.
+func (s *Store) pushPipelined(ctx context.Context, conn *pgxpool.Conn, epoch uint64, bs []*reginatype.PushBatch,
+	res []reginatype.PushResult, errs []error) error {
+	c := conn.Conn()
+	sd, err := c.Prepare(ctx, pushSegmentStmt, s.sql.pushSegment)
+	if err != nil {
+		return err
+	}
+	tm := c.TypeMap()
+	paramFormats := make([]int16, len(sd.ParamOIDs))
+	for i, oid := range sd.ParamOIDs {
+		paramFormats[i] = tm.FormatCodeForOID(oid)
+	}
+	resultFormats := make([]int16, len(sd.Fields))
+	for i, f := range sd.Fields {
+		resultFormats[i] = tm.FormatCodeForOID(f.DataTypeOID)
+	}
+	p := c.PgConn().StartPipeline(ctx)
+	for _, b := range bs {
+		args := []any{uuidArg(b.Partition), b.WindowHint, watermarkFor(b, epoch), b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints}
+		vals := make([][]byte, len(args))
+		for i, a := range args {
+			if vals[i], err = tm.Encode(sd.ParamOIDs[i], paramFormats[i], a, nil); err != nil {
+				_ = p.Close()
+				return fmt.Errorf("push pipeline: encode argument %d: %w", i+1, err)
+			}
+		}
+		p.SendQueryStatement(sd, vals, paramFormats, resultFormats)
+		if err := p.Sync(); err != nil {
+			_ = p.Close()
+			return err
+		}
+	}
+	for i := range bs {
+		r, err := p.GetResults()
+		if err != nil {
+			_ = p.Close()
+			return err
+		}
+		rr, ok := r.(*pgconn.ResultReader)
+		if !ok {
+			_ = p.Close()
+			return fmt.Errorf("push pipeline: result %T, want rows", r)
+		}
+		var status string
+		for rr.NextRow() {
+			status, errs[i] = scanPush(valuesRow{tm: tm, fields: rr.FieldDescriptions(), values: rr.Values()}, &res[i])
+		}
+		if _, err := rr.Close(); err != nil {
+			errs[i] = classify(err) // this batch's statement failed; its transaction rolled back
+		} else if errs[i] == nil {
+			errs[i] = pushStatus(status)
+		}
+		res[i].Epoch = epoch
+		if r, err = p.GetResults(); err != nil {
+			_ = p.Close()
+			return err
+		}
+		if _, ok := r.(*pgconn.PipelineSync); !ok {
+			_ = p.Close()
+			return fmt.Errorf("push pipeline: result %T, want the sync", r)
+		}
+	}
+	return p.Close()
+}
+
+// valuesRow scans one row read from a pipeline.
+type valuesRow struct {
+	tm     *pgtype.Map
+	fields []pgconn.FieldDescription
+	values [][]byte
+}
+
+// Scan implements pgx.Row.
+func (v valuesRow) Scan(dest ...any) error { return pgx.ScanRow(v.tm, v.fields, v.values, dest...) }
