@@ -31,6 +31,9 @@ type fakeStore struct {
 	// depth is what SidecarDepth reports.
 	depth atomic.Int64
 
+	// packs counts the PushMany calls with more than one batch.
+	packs atomic.Uint64
+
 	// check is every queue's dedupPayloadCheck ("" is off).
 	check partition.PayloadCheck
 
@@ -123,6 +126,18 @@ func (f *fakeStore) Push(_ context.Context, b *reginatype.PushBatch) (reginatype
 
 func (f *fakeStore) SidecarDepth(context.Context, partition.UUID) (int64, error) {
 	return f.depth.Load(), nil
+}
+
+// PushMany pushes each batch as Push does, counting the calls that carried
+// more than one batch.
+func (f *fakeStore) PushMany(ctx context.Context, _ reginatype.PushShape, bs []*reginatype.PushBatch,
+	res []reginatype.PushResult, errs []error) {
+	if len(bs) > 1 {
+		f.packs.Add(1)
+	}
+	for i, b := range bs {
+		res[i], errs[i] = f.Push(ctx, b)
+	}
 }
 
 func (f *fakeStore) LoadHydration(context.Context, partition.UUID, int) (reginatype.Hydration, error) {

@@ -212,6 +212,8 @@ type actor struct {
 	allDup  bool
 	batch   reginatype.PushBatch
 	scratch scratch
+	// packed is the actor's slot in the packer (see pack.go).
+	packed packed
 }
 
 // scratch holds the buffers one batch reuses.
@@ -457,7 +459,7 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 		a.batch.ExpectDuplicates = a.ref.WindowSeconds > 0 && (known || a.allDup) &&
 			!a.reg.cfg.NoUnlockedDuplicates
 		start := time.Now()
-		res, err := a.reg.store.Push(ctx, &a.batch)
+		res, err := a.reg.storePush(ctx, a, &a.batch)
 		a.reg.cfg.Metrics.ObservePushTransaction(time.Since(start))
 		switch {
 		case err == nil:
@@ -484,6 +486,9 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 			// Nothing learned: the outcome may be unknown (a segment may
 			// have been written), so drop what the cache holds.
 			a.reg.cache.Forget(a.ref.ID)
+			if errors.Is(err, errPanicked) {
+				a.resolved = false // as pushRecovering does (the packer recovered it)
+			}
 			return fmt.Errorf("push %s/%s: %w", a.queue, a.part, err)
 		}
 		lastErr = err

@@ -23,6 +23,11 @@ type Store interface {
 	EnsurePartition(ctx context.Context, queue, partition string) (reginatype.PartitionRef, error)
 	// Push runs one batch's push transaction.
 	Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.PushResult, error)
+	// PushMany runs the push transactions of several partitions' batches
+	// in one round trip with the given shape, each batch getting Push's
+	// outcome in res[i] and errs[i] (the read-only duplicate path aside).
+	PushMany(ctx context.Context, shape reginatype.PushShape, bs []*reginatype.PushBatch,
+		res []reginatype.PushResult, errs []error)
 	// SidecarDepth estimates the hashes in a partition's window, so that a
 	// cache load that could not fit the budget is not started.
 	SidecarDepth(ctx context.Context, p partition.UUID) (int64, error)
@@ -54,6 +59,21 @@ type Config struct {
 	// BatchMaxBytes bounds the payload bytes of one push transaction
 	// (default 8 MiB), with the same rule.
 	BatchMaxBytes int
+	// PushShape is how ready batches of several partitions travel to
+	// PostgreSQL (default ShapeOneTransaction: packed). ShapeSingle sends
+	// each batch alone, as its actor's own transaction.
+	PushShape reginatype.PushShape
+	// PackSenders bounds the packed transactions in flight at once (default
+	// 4): a batch that becomes ready while they all run waits for the next
+	// one, with the other batches that became ready meanwhile.
+	PackSenders int
+	// PackMaxBatches bounds the partitions of one packed transaction
+	// (default 32).
+	PackMaxBatches int
+	// PackWait is how long a sender waits for more batches before it sends
+	// fewer than PackMaxBatches (default 0: it never waits, so a lone batch
+	// goes at once).
+	PackWait time.Duration
 	// IdleTimeout retires an actor whose mailbox stayed empty this long
 	// (default 30s).
 	IdleTimeout time.Duration
@@ -122,6 +142,12 @@ func (c Config) WithDefaults() Config {
 		c.BusyIdleTimeout = time.Second
 	}
 	c.BusyIdleTimeout = min(c.BusyIdleTimeout, c.IdleTimeout)
+	if c.PackSenders <= 0 {
+		c.PackSenders = 4
+	}
+	if c.PackMaxBatches <= 0 {
+		c.PackMaxBatches = 32
+	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.New(metrics.Config{})
 	}
@@ -153,6 +179,10 @@ type Stats struct {
 	// caller stopped waiting once their batch had started: their verdict
 	// stands, only its delivery was dropped.
 	Withdrawn, Abandoned uint64
+	// PackedTransactions counts the packer's round trips, PackedBatches the
+	// partition batches they carried (both 0 with ShapeSingle).
+	PackedTransactions uint64
+	PackedBatches      uint64
 	// DedupCache is the dedup cache's snapshot (a disabled cache counts
 	// every watermark as a "disabled" sentinel), Hydrations its loads.
 	DedupCache cache.Stats
@@ -168,6 +198,8 @@ type Registry struct {
 	cache *cache.Cache
 	hyd   *hydrator
 	hooks hooks
+	// pack carries ready batches to the store together (nil: ShapeSingle).
+	pack *packer
 
 	mu      sync.Mutex
 	actors  map[string]*actor
@@ -219,7 +251,15 @@ func NewRegistry(store Store, cfg Config) *Registry {
 		c = cache.New(cache.Config{Enabled: false})
 	}
 	log := cfg.Logger.With().Str("component", "actor").Logger()
+	var pack *packer
+	if cfg.PushShape != reginatype.ShapeSingle {
+		pack = &packer{store: store, shape: cfg.PushShape, maxBatches: cfg.PackMaxBatches,
+			maxSenders: cfg.PackSenders, wait: cfg.PackWait, log: func(err error, batches int) {
+				log.Error().Err(err).Int("batches", batches).Msg("packed push panicked")
+			}}
+	}
 	return &Registry{
+		pack:        pack,
 		store:       store,
 		cfg:         cfg,
 		log:         log,
@@ -272,6 +312,34 @@ func (r *Registry) underEpoch(e uint64, f func()) bool {
 	}
 	f()
 	return true
+}
+
+func (r *Registry) packedTransactions() uint64 {
+	if r.pack == nil {
+		return 0
+	}
+	return r.pack.transactions.Load()
+}
+
+func (r *Registry) packedBatches() uint64 {
+	if r.pack == nil {
+		return 0
+	}
+	return r.pack.batches.Load()
+}
+
+// storePush runs b's push transaction: through the packer, with the ready
+// batches of other partitions, unless the shape is ShapeSingle or b first
+// tries the read-only duplicate path (which writes nothing, so it has no
+// commit to share).
+func (r *Registry) storePush(ctx context.Context, a *actor, b *reginatype.PushBatch) (reginatype.PushResult, error) {
+	if r.pack == nil || b.ExpectDuplicates {
+		return r.store.Push(ctx, b)
+	}
+	if a.packed.done == nil {
+		a.packed.done = make(chan struct{}, 1)
+	}
+	return r.pack.push(&a.packed, b)
 }
 
 // remove drops a retired actor from the map (if it is still the one there).
@@ -330,6 +398,7 @@ func (r *Registry) Stats() Stats {
 		Duplicates: r.duplicates.Load(), MailboxFull: r.mailboxFull.Load(), PushFailures: r.pushFailures.Load(),
 		UnlockedDups: r.unlockedDups.Load(), FastPathMisses: r.fastPathMisses.Load(),
 		Withdrawn: r.withdrawn.Load(), Abandoned: r.abandoned.Load(),
+		PackedTransactions: r.packedTransactions(), PackedBatches: r.packedBatches(),
 		DedupCache: r.cache.Stats(), Hydrations: r.hyd.stats(),
 	}
 }

@@ -13,29 +13,9 @@ import (
 	"github.com/regina-mq/regina/reginatype"
 )
 
-// PushShape is how PushMany sends several partitions' batches.
-type PushShape int
-
-const (
-	// ShapeOneTransaction sends every batch in one statement
-	// (queen.push_segments): one round trip, one transaction, one commit.
-	ShapeOneTransaction PushShape = iota
-	// ShapePipelined sends one queen.push_segment per batch, each its own
-	// transaction, pipelined on one connection: one round trip, one commit
-	// per batch.
-	ShapePipelined
-)
-
-// String names the shape as the configuration and the benchmarks do.
-func (s PushShape) String() string {
-	if s == ShapePipelined {
-		return "pipelined"
-	}
-	return "one-transaction"
-}
-
 // PushMany runs the push transactions of several batches (of distinct
-// partitions) in one round trip, with the given shape, and sets res[i] and
+// partitions) in one round trip, with the given shape (ShapeSingle is taken
+// as ShapeOneTransaction), and sets res[i] and
 // errs[i] for batch i as Push would (the read-only duplicate fast path
 // aside: PushMany always takes the locked path). res and errs must be as long
 // as bs.
@@ -47,7 +27,7 @@ func (s PushShape) String() string {
 // batch is run again alone, so an error that belongs to one batch stays
 // with it. Only an outcome the connection leaves unknown (or an unreachable
 // server) is every batch's error.
-func (s *Store) PushMany(ctx context.Context, shape PushShape, bs []*reginatype.PushBatch, res []reginatype.PushResult, errs []error) {
+func (s *Store) PushMany(ctx context.Context, shape reginatype.PushShape, bs []*reginatype.PushBatch, res []reginatype.PushResult, errs []error) {
 	for i := range bs {
 		res[i], errs[i] = reginatype.PushResult{}, nil
 	}
@@ -61,7 +41,7 @@ func (s *Store) PushMany(ctx context.Context, shape PushShape, bs []*reginatype.
 		return
 	}
 	epoch := s.Epoch()
-	if shape == ShapePipelined {
+	if shape == reginatype.ShapePipelined {
 		err = s.pushPipelined(ctx, conn, epoch, bs, res, errs)
 		conn.Release()
 		if err != nil {

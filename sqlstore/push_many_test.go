@@ -16,7 +16,7 @@ import (
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
 
-var shapes = []sqlstore.PushShape{sqlstore.ShapeOneTransaction, sqlstore.ShapePipelined}
+var shapes = []reginatype.PushShape{reginatype.ShapeOneTransaction, reginatype.ShapePipelined}
 
 // verdict is what a push answered for one batch, without the ids minted per
 // store (message ids differ between the stores; their positions do not).
@@ -55,7 +55,7 @@ func TestPushManyMatchesPush(t *testing.T) {
 		}
 		plan = append(plan, round)
 	}
-	run := func(many bool, shape sqlstore.PushShape) []verdict {
+	run := func(many bool, shape reginatype.PushShape) []verdict {
 		st := sqlstoretest.Open(t)
 		configureWindow(t, st, "off", 0)
 		_, err := st.Configure(ctx, "fp", "fp", "", func() partition.QueueOptions {
@@ -354,7 +354,7 @@ func TestPushManyNoDeadlock(t *testing.T) {
 				}
 				res := make([]reginatype.PushResult, len(bs))
 				errs := make([]error, len(bs))
-				st.PushMany(ctx, sqlstore.ShapeOneTransaction, bs, res, errs)
+				st.PushMany(ctx, reginatype.ShapeOneTransaction, bs, res, errs)
 				for _, err := range errs {
 					if err != nil {
 						errc <- err

@@ -301,13 +301,16 @@ type diffWorld struct {
 	fast fastPathCounts
 }
 
-// fastPathCounts are the registries' duplicate fast path counters.
-type fastPathCounts struct{ unlocked, misses uint64 }
+// fastPathCounts are the registries' duplicate fast path counters, and
+// the packer's (packed round trips, and the partition batches they carried).
+type fastPathCounts struct{ unlocked, misses, packedTxns, packedBatches uint64 }
 
 func (c *fastPathCounts) add(r *actor.Registry) {
 	st := r.Stats()
 	c.unlocked += st.UnlockedDups
 	c.misses += st.FastPathMisses
+	c.packedTxns += st.PackedTransactions
+	c.packedBatches += st.PackedBatches
 }
 
 func (w *diffWorld) start(t *testing.T, i int) {
@@ -438,10 +441,13 @@ func diffSeed(t *testing.T) uint64 {
 // ids, repeats inside and outside the window, repeats inside one body,
 // several partitions written through two brokers, big batches, window
 // reconfigurations including stale window beliefs, restarts, queue
-// deletions, rows aged by SQL) twice on fresh schemas: once with the dedup
+// deletions, rows aged by SQL) three times on fresh schemas: once with the dedup
 // cache on (broker 0 with the default budget, broker 1 with a budget so small
 // that it evicts and refuses partitions), once with the kill switch
-// (QUEEN_DEDUP_CACHE=false) on both brokers. Queues switch dedupPayloadCheck
+// (QUEEN_DEDUP_CACHE=false) on both brokers, and once with neither the cache
+// nor the duplicate fast path, each batch its own transaction (the
+// reference; the other two pack several partitions' batches per round trip:
+// one transaction, and pipelined). Queues switch dedupPayloadCheck
 // between off, report and reject, and repeats carry the same or another
 // payload. Every item must get the same status (payloadMismatch included)
 // and name the same message, and the tables must end the same. The
@@ -457,17 +463,22 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 	common := func(c *Config) {
 		c.RetentionInterval = 24 * time.Hour // retention must not race the sequence
 	}
+	// The reference sends every partition batch alone; the others pack the
+	// ready batches of several partitions (one sender, so that they queue
+	// up): in one transaction with the cache on, pipelined with it off.
+	packed := func(c *Config) { c.PushShape, c.PackSenders = "packed", 1 }
+	pipelined := func(c *Config) { c.PushShape, c.PackSenders = "pipelined", 1 }
 	on := [2]func(*Config){
-		func(c *Config) { common(c); c.DedupCache = true },
-		func(c *Config) { common(c); c.DedupCache = true; c.dedupCacheBytes = 8 << 10 },
+		func(c *Config) { common(c); packed(c); c.DedupCache = true },
+		func(c *Config) { common(c); packed(c); c.DedupCache = true; c.dedupCacheBytes = 8 << 10 },
 	}
 	off := [2]func(*Config){
-		func(c *Config) { common(c); c.DedupCache = false },
-		func(c *Config) { common(c); c.DedupCache = false },
+		func(c *Config) { common(c); pipelined(c); c.DedupCache = false },
+		func(c *Config) { common(c); pipelined(c); c.DedupCache = false },
 	}
 	locked := [2]func(*Config){
-		func(c *Config) { common(c); c.DedupCache = false; c.noUnlockedDups = true },
-		func(c *Config) { common(c); c.DedupCache = false; c.noUnlockedDups = true },
+		func(c *Config) { common(c); c.PushShape = "single"; c.DedupCache = false; c.noUnlockedDups = true },
+		func(c *Config) { common(c); c.PushShape = "single"; c.DedupCache = false; c.noUnlockedDups = true },
 	}
 	var wOn, wOff, wLocked *diffWorld
 	var gotOn, gotOff, gotLocked, stateOn, stateOff, stateLocked []string
@@ -558,6 +569,12 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 	require.Positive(t, wOff.fast.unlocked, "cache off: the fast path answered batches")
 	require.Positive(t, wOn.fast.misses+wOff.fast.misses, "some fast path predictions missed")
 	require.Zero(t, wLocked.fast.unlocked+wLocked.fast.misses, "locked only: no fast path")
+	// And the packer carried several partitions' batches in one round trip
+	// in both worlds that pack, never in the reference.
+	for _, w := range []*diffWorld{wOn, wOff} {
+		require.Greater(t, w.fast.packedBatches, w.fast.packedTxns, "no round trip carried two batches")
+	}
+	require.Zero(t, wLocked.fast.packedTxns, "single: nothing packed")
 	for i, s := range wOff.stats {
 		require.Zero(t, s.Hits, "kill switch: broker %d's cache answered nothing", i)
 		require.Zero(t, s.Hydrations.Started, "kill switch: broker %d loaded nothing", i)

@@ -71,6 +71,13 @@ type Config struct {
 	BatchMaxBytes   int
 	ActorIdle       time.Duration
 
+	// PushShape, PackSenders, PackMaxPartitions and PackWaitMicros are
+	// actor.Config's PushShape, PackSenders, PackMaxBatches and PackWait.
+	PushShape         string
+	PackSenders       int
+	PackMaxPartitions int
+	PackWaitMicros    int
+
 	MaxBodyBytes int
 	ReadTimeout  time.Duration
 	IdleTimeout  time.Duration
@@ -196,6 +203,17 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.BatchMaxItems }},
 	{env: "BATCH_MAX_BYTES", flag: "batch-max-bytes", def: "8388608", help: "payload bytes per push transaction", min: 1,
 		field: func(c *Config) any { return &c.BatchMaxBytes }},
+	{env: "PUSH_SHAPE", flag: "push-shape", def: "single",
+		help:  "how ready batches of several partitions reach PostgreSQL: packed (one transaction), pipelined (one round trip, a transaction each) or single",
+		oneOf: []string{"packed", "pipelined", "single"}, field: func(c *Config) any { return &c.PushShape }},
+	{env: "PUSH_PACK_SENDERS", flag: "push-pack-senders", def: "4",
+		help: "packed push transactions in flight at once (batches ready meanwhile share the next one)", min: 1,
+		field: func(c *Config) any { return &c.PackSenders }},
+	{env: "PUSH_PACK_MAX_PARTITIONS", flag: "push-pack-max-partitions", def: "32",
+		help: "partitions per packed push transaction", min: 1, field: func(c *Config) any { return &c.PackMaxPartitions }},
+	{env: "PUSH_PACK_WAIT_US", flag: "push-pack-wait-us", def: "0", zeroIsValue: true,
+		help:  "microseconds a packed sender waits for more batches (0: never, a lone batch goes at once)",
+		field: func(c *Config) any { return &c.PackWaitMicros }},
 	{env: "ACTOR_IDLE_TIMEOUT", flag: "actor-idle-timeout", def: "30000",
 		help: "ms before an idle partition actor retires", min: 1, field: func(c *Config) any { return &c.ActorIdle }},
 	{env: "MAX_BODY_BYTES", flag: "max-body-bytes", def: "67108864", help: "largest request body; larger gets 413",

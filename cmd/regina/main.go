@@ -153,7 +153,13 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	// changes no verdict.
 	cacheBudget := cfg.cacheBudget()
 	dedupCache := cache.New(cache.Config{Enabled: cfg.DedupCache, BudgetBytes: cacheBudget})
+	shape, err := reginatype.ParsePushShape(cfg.PushShape)
+	if err != nil {
+		return err
+	}
 	reg := actor.NewRegistry(store, actor.Config{
+		PushShape: shape, PackSenders: cfg.PackSenders, PackMaxBatches: cfg.PackMaxPartitions,
+		PackWait: time.Duration(cfg.PackWaitMicros) * time.Microsecond,
 		MailboxMaxItems: cfg.MailboxMaxItems, MailboxMaxBytes: cfg.MailboxMaxBytes,
 		BatchMaxItems: cfg.BatchMaxItems, BatchMaxBytes: cfg.BatchMaxBytes,
 		IdleTimeout: cfg.ActorIdle, Logger: log, BeforeBatch: cfg.beforeBatch,
