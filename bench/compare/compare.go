@@ -145,7 +145,7 @@ type block struct {
 // rotated by one per round so that no system always goes first:
 //
 //	A  broker with the cache on: regina_on, regina_on_storm, regina_nodedup
-//	B  pgx ceiling: ceiling, ceiling_storm
+//	B  pgx ceiling: ceiling, ceiling_storm, ceiling_packed, ceiling_pipelined
 //	C  JetStream: jetstream, jetstream_storm
 //	D  broker with the cache off: regina_off, regina_off_storm
 //	E  the user's upstream Queen server (-queen-url): queen, queen_storm
@@ -214,6 +214,7 @@ func (h *harness) runCompare() error {
 		freshThenStorm(spec(phCeiling, r, g), spec(phCeilingStorm, r, g), func(replay [][]int32) workFunc {
 			return h.ceilingWork(h.main.store, refs, tag(r, "c"), replay)
 		})
+		h.packedPhases(r, g, refs, tag(r, "c"))
 		return nil
 	}
 	blockC := func(r int) error {

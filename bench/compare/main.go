@@ -49,6 +49,9 @@ type config struct {
 	blocks       string
 	queenURL     string
 	queenDB      string
+	// packSenders and packPartitions shape the packed ceilings (packed.go).
+	packSenders    int
+	packPartitions int
 
 	scale          bool
 	scaleParts     []int
@@ -113,6 +116,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.blocks, "blocks", "ABCDEF", "compare mode: which blocks to run (A Regina cache on + storm + dedup off, B pgx ceiling + storm, C JetStream + storm, D Regina cache off + storm, E upstream Queen + storm when -queen-url is given, F Regina dedupPayloadCheck off vs report)")
 	fs.StringVar(&c.queenURL, "queen-url", "", "compare mode: an upstream Queen server you run (http://HOST:PORT); block E gives it the same load as Regina")
 	fs.StringVar(&c.queenDB, "queen-database", "", "compare mode: the PostgreSQL database the Queen server uses, when on the local cluster (its backends become \"PG ours\" of the Queen phases)")
+	fs.IntVar(&c.packSenders, "pack-senders", 4, "compare mode: connections of the packed ceilings (the broker's PUSH_PACK_SENDERS default)")
+	fs.IntVar(&c.packPartitions, "pack-partitions", 0, "compare mode: partitions per call of the packed ceilings (0 = -connections / -pack-senders)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "stop measuring after this long (0 = from the plan, with a margin)")
 	fs.BoolVar(&c.scale, "scale", false, "scale mode: throughput and p99 as partitions and in-window hashes grow")
 	sp := fs.String("scale-partitions", "1,1k,100k", "scale mode: partition counts")
@@ -152,6 +157,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-rounds and -scale-rounds must be >= 1")
 	case c.connections < 1 || c.partitions < 1 || c.items < 1:
 		return nil, errors.New("-connections, -partitions and -items must be >= 1")
+	case c.packSenders < 1 || c.packPartitions < 0:
+		return nil, errors.New("-pack-senders must be >= 1 and -pack-partitions >= 0")
 	case c.payload < 11:
 		return nil, errors.New("-payload must be >= 11 (the JSON object around the data)")
 	case c.scale && (c.queenURL != "" || c.queenDB != ""):
@@ -163,6 +170,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.natsConns == 0 {
 		c.natsConns = c.connections
+	}
+	if c.packPartitions == 0 {
+		c.packPartitions = max(1, (c.connections+c.packSenders-1)/c.packSenders)
 	}
 	if c.command == "" {
 		c.command = "regina-compare " + strings.Join(args, " ")

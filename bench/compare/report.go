@@ -280,6 +280,8 @@ func (h *harness) comparePhases() []phaseInfo {
 		{phReginaOff, "Regina, dedup on, `QUEEN_DEDUP_CACHE=false`: new messages"},
 		{phReginaNoDedup, "Regina, `dedupWindowSeconds: 0`: new messages"},
 		{phCeiling, "`queen.push_segment` through pgx, no broker: new messages"},
+		{phCeilingPacked, "`queen.push_segments` through pgx, no broker: " + h.packedWhat("one transaction")},
+		{phCeilingPipelined, "`queen.push_segment` pipelined through pgx, no broker: " + h.packedWhat("a transaction each")},
 		{phNATS, "JetStream async publish, `Nats-Msg-Id`, 1 h window, file storage: new messages"},
 		{phQueen, queen + ", same client and load as Regina: new messages"},
 		{phCheckOff, "Regina, dedup on, `dedupPayloadCheck: off` (block F): new messages"},
@@ -353,6 +355,10 @@ func (h *harness) writeCompare() (string, error) {
 		h.ratioOf("", "Ceiling duplicates / new", phCeilingStorm, phCeiling, 0),
 		h.ratioOf("", "JetStream duplicates / new", phNATSStorm, phNATS, 0),
 		h.ratioOf("", "Ceiling / JetStream", phCeiling, phNATS, 0),
+		h.ratioOf("", "Regina dedup on (cache on) / packed ceiling", phReginaOn, phCeilingPacked, 0),
+		h.ratioOf("", "Packed ceiling / single-partition ceiling", phCeilingPacked, phCeiling, 0),
+		h.ratioOf("", "Pipelined ceiling / single-partition ceiling", phCeilingPipelined, phCeiling, 0),
+		h.ratioOf("", "Packed ceiling / JetStream", phCeilingPacked, phNATS, 0),
 	}
 
 	var b strings.Builder
