@@ -159,7 +159,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}
 	reg := actor.NewRegistry(store, actor.Config{
 		PushShape: shape, PackSenders: cfg.PackSenders, PackMaxBatches: cfg.PackMaxPartitions,
-		PackWait: time.Duration(cfg.PackWaitMicros) * time.Microsecond,
+		PackWait:        time.Duration(cfg.PackWaitMicros) * time.Microsecond,
 		MailboxMaxItems: cfg.MailboxMaxItems, MailboxMaxBytes: cfg.MailboxMaxBytes,
 		BatchMaxItems: cfg.BatchMaxItems, BatchMaxBytes: cfg.BatchMaxBytes,
 		IdleTimeout: cfg.ActorIdle, Logger: log, BeforeBatch: cfg.beforeBatch,
