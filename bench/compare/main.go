@@ -116,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.blocks, "blocks", "ABCDEF", "compare mode: which blocks to run (A Regina cache on + storm + dedup off, B pgx ceiling + storm, C JetStream + storm, D Regina cache off + storm, E upstream Queen + storm when -queen-url is given, F Regina dedupPayloadCheck off vs report)")
 	fs.StringVar(&c.queenURL, "queen-url", "", "compare mode: an upstream Queen server you run (http://HOST:PORT); block E gives it the same load as Regina")
 	fs.StringVar(&c.queenDB, "queen-database", "", "compare mode: the PostgreSQL database the Queen server uses, when on the local cluster (its backends become \"PG ours\" of the Queen phases)")
+	be := fs.String("broker-env", "", "settings given to every broker started, VAR=value,... (e.g. PUSH_SHAPE=single); the others are the defaults")
 	fs.IntVar(&c.packSenders, "pack-senders", 4, "compare mode: connections of the packed ceilings (the broker's PUSH_PACK_SENDERS default)")
 	fs.IntVar(&c.packPartitions, "pack-partitions", 0, "compare mode: partitions per call of the packed ceilings (0 = -connections / -pack-senders)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "stop measuring after this long (0 = from the plan, with a margin)")
@@ -170,6 +171,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.natsConns == 0 {
 		c.natsConns = c.connections
+	}
+	if *be != "" {
+		for kv := range strings.SplitSeq(*be, ",") {
+			if !strings.Contains(kv, "=") {
+				return nil, fmt.Errorf("-broker-env: %q is not VAR=value", kv)
+			}
+			brokerExtraEnv = append(brokerExtraEnv, kv)
+		}
 	}
 	if c.packPartitions == 0 {
 		c.packPartitions = max(1, (c.connections+c.packSenders-1)/c.packSenders)

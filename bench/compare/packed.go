@@ -39,13 +39,22 @@ func (h *harness) packedPhases(r int, g procGroups, refs []reginatype.PartitionR
 }
 
 // ceilingPackedWork is ceilingWork with k batches per call, for k distinct
-// partitions (worker w's pushes k*call ... k*call+k-1; a partition drawn
-// twice moves on to the next free one).
+// partitions of the worker's own (worker w's pushes k*call ... k*call+k-1;
+// a partition drawn twice moves on to the next free one).
 func (h *harness) ceilingPackedWork(store *sqlstore.Store, refs []reginatype.PartitionRef, tag string,
 	shape reginatype.PushShape, k int) workFunc {
 	return func(ctx context.Context, w int, pc *phaseClock, rec *workerRec) {
 		n := h.wl.items
-		k := min(k, len(refs))
+		// The partitions this worker owns: like the broker's packer, where
+		// a partition has at most one batch in flight, no two connections
+		// wait for each other's partition rows.
+		var owned []int
+		for p := range refs {
+			if p%h.cfg.packSenders == w%h.cfg.packSenders || len(refs) < h.cfg.packSenders {
+				owned = append(owned, p)
+			}
+		}
+		k := min(k, len(owned))
 		batches := make([]*reginatype.PushBatch, k)
 		for j := range batches {
 			batches[j] = &reginatype.PushBatch{}
@@ -60,12 +69,12 @@ func (h *harness) ceilingPackedWork(store *sqlstore.Store, refs []reginatype.Par
 			created := time.Now().UnixMicro()
 			for j, batch := range batches {
 				seq := call*k + j
-				p := h.wl.part(w, seq) % len(refs)
-				for used[p] {
-					p = (p + 1) % len(refs)
+				o := h.wl.part(w, seq) % len(owned)
+				for used[o] {
+					o = (o + 1) % len(owned)
 				}
-				used[p] = true
-				ref := refs[p]
+				used[o] = true
+				ref := refs[owned[o]]
 				batch.Reset()
 				batch.Partition, batch.WindowHint, batch.Watermark = ref.ID, ref.WindowSeconds, reginatype.NoWatermark
 				for i := range n {
@@ -96,6 +105,10 @@ func (h *harness) ceilingPackedWork(store *sqlstore.Store, refs []reginatype.Par
 		}
 	}
 }
+
+// brokerExtraEnv are the -broker-env settings, given to every broker
+// started (after the inherited environment, before the run's own).
+var brokerExtraEnv []string
 
 // packedWhat says what one call of a packed ceiling carries.
 func (h *harness) packedWhat(txn string) string {

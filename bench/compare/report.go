@@ -389,6 +389,9 @@ func (h *harness) writeCompare() (string, error) {
 	for _, e := range []struct{ label, num, den string }{
 		{"Regina dedup on (cache on) / JetStream", phReginaOn, phNATS},
 		{"Regina dedup on (cache on) / ceiling", phReginaOn, phCeiling},
+		{"Regina dedup on (cache on) / packed ceiling", phReginaOn, phCeilingPacked},
+		{"Packed ceiling / single-partition ceiling", phCeilingPacked, phCeiling},
+		{"Pipelined ceiling / single-partition ceiling", phCeilingPipelined, phCeiling},
 		{"Regina dedup on (cache on) / dedup off", phReginaOn, phReginaNoDedup},
 		{"Regina duplicates / new (cache on)", phReginaOnStorm, phReginaOn},
 		{"Regina dedupPayloadCheck report / off", phCheckReport, phCheckOff},

@@ -56,7 +56,7 @@ type brokerProc struct {
 // docs/operating.md, Configuration). They are removed from the inherited environment so that
 // every setting is the broker's default except the ones we set.
 var brokerEnvPrefixes = []string{"PORT=", "HOST=", "DATABASE_URL=", "PG_", "QUEEN_", "DB_", "RETENTION_",
-	"MAILBOX_", "BATCH_", "ACTOR_", "MAX_BODY_BYTES=", "SHUTDOWN_TIMEOUT=", "LOG_LEVEL=", "LOG_FORMAT="}
+	"MAILBOX_", "BATCH_", "ACTOR_", "PUSH_", "MAX_BODY_BYTES=", "SHUTDOWN_TIMEOUT=", "LOG_LEVEL=", "LOG_FORMAT="}
 
 func brokerEnv(extra ...string) []string {
 	var env []string
@@ -72,7 +72,7 @@ func brokerEnv(extra ...string) []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env, extra...)
+	return append(append(env, brokerExtraEnv...), extra...)
 }
 
 // startBroker starts bin/regina on a free port of 127.0.0.1 with the given
