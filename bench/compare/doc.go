@@ -76,6 +76,15 @@
 //     the broker would send for the same push (xxh3 hashes, UUIDv7 ids,
 //     encoded frames, window hint 3600, full-window probe). No HTTP, no
 //     actor, no group commit.
+//   - Packed ceilings (packed.go): sqlstore.Store.PushMany, the statements
+//     of the broker's packed shapes, -pack-senders connections (the
+//     broker's PUSH_PACK_SENDERS default), each call carrying the batches of
+//     -pack-partitions distinct partitions (default -connections /
+//     -pack-senders, so as many batches are in flight as in the ceiling);
+//     each connection owns its own partitions, as the packer has at most one
+//     batch of a partition in flight. ceiling_packed is one transaction per
+//     call (queen.push_segments), ceiling_pipelined one per batch
+//     (queen.push_segment, pipelined). Ops are batches.
 //   - JetStream: one NATS connection per producer (-nats-conns), each item
 //     published on its own (JetStream has no batch publish) with
 //     PublishAsync and nats.MsgId, at most -nats-inflight (256) publishes in
@@ -91,7 +100,7 @@
 //	A  broker, QUEEN_DEDUP_CACHE=true: regina_on (dedup on, 1 h window),
 //	   regina_on_storm (replays every push regina_on had accepted, cycling),
 //	   regina_nodedup (a queue configured dedupWindowSeconds: 0)
-//	B  ceiling, ceiling_storm
+//	B  ceiling, ceiling_storm, ceiling_packed, ceiling_pipelined
 //	C  jetstream, jetstream_storm (republishes the same Msg-Ids)
 //	D  broker, QUEEN_DEDUP_CACHE=false: regina_off, regina_off_storm
 //	E  the user's Queen server (only with -queen-url): queen, queen_storm
