@@ -203,7 +203,7 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.BatchMaxItems }},
 	{env: "BATCH_MAX_BYTES", flag: "batch-max-bytes", def: "8388608", help: "payload bytes per push transaction", min: 1,
 		field: func(c *Config) any { return &c.BatchMaxBytes }},
-	{env: "PUSH_SHAPE", flag: "push-shape", def: "single",
+	{env: "PUSH_SHAPE", flag: "push-shape", def: "packed",
 		help:  "how ready batches of several partitions reach PostgreSQL: packed (one transaction), pipelined (one round trip, a transaction each) or single",
 		oneOf: []string{"packed", "pipelined", "single"}, field: func(c *Config) any { return &c.PushShape }},
 	{env: "PUSH_PACK_SENDERS", flag: "push-pack-senders", def: "4",

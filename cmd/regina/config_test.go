@@ -53,7 +53,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		BatchMaxItems:              1000,
 		BatchMaxBytes:              8 << 20,
 		ActorIdle:                  30 * time.Second,
-		PushShape:                  "single",
+		PushShape:                  "packed",
 		PackSenders:                4,
 		PackMaxPartitions:          32,
 		MaxBodyBytes:               64 << 20,
