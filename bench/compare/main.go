@@ -336,7 +336,7 @@ func (h *harness) plannedTime() time.Duration {
 		n := (len(c.scaleParts)+len(c.scaleHashes))*c.scaleRounds*2 + len(c.scalePop)*c.scaleRounds + 2
 		return time.Duration(n)*phase + 150*time.Minute
 	}
-	phases := 11
+	phases := 11 + 2 // + 2: block B's packed ceilings (packed.go)
 	if c.queenURL != "" {
 		phases += 2
 	}
