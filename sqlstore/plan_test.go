@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,14 @@ import (
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
+)
+
+// The indexes of the hash sidecar's children, as plans name them: the GIN
+// index on hashes (log_txns_<slice>_hashes_idx, log_txns_legacy_hashes) and
+// the (partition_id, first_offset) one.
+var (
+	sidecarGIN     = regexp.MustCompile(`(using|on) log_txns_\w*hashes`)
+	sidecarOffsets = regexp.MustCompile(`(using|on) log_txns_\w*_partition_id_first_offset_idx`)
 )
 
 // probePlans runs push_segment calls on one connection with auto_explain
@@ -112,14 +121,89 @@ func TestProbePlansStayIndexDriven(t *testing.T) {
 		require.NotContains(t, p, "Join Filter", p)
 	}
 	for _, p := range full {
-		require.Contains(t, p, "log_txns_hashes", "full-window probe must use the GIN index:\n%s", p)
+		require.Regexp(t, sidecarGIN, p, "full-window probe must use the GIN index:\n%s", p)
+		require.NotRegexp(t, sidecarOffsets, p, "full-window probe must not walk the offsets:\n%s", p)
 		require.NotContains(t, p, "Seq Scan on log_txns", p)
 		require.NotContains(t, p, "Seq Scan on segments", p)
 	}
 	for _, p := range wm {
-		require.Contains(t, p, "log_txns_pkey", "watermark probe must use the primary key:\n%s", p)
-		require.NotContains(t, p, "log_txns_hashes", p)
-		require.NotContains(t, p, "Seq Scan", p)
+		require.Regexp(t, sidecarOffsets, p, "watermark probe must use the (partition_id, first_offset) index:\n%s", p)
+		require.NotRegexp(t, sidecarGIN, p, p)
+		require.NotContains(t, p, "Seq Scan on segments", p)
+		// A child that holds no row (a new hour's) may be read whole.
+		for _, m := range regexp.MustCompile(`Seq Scan on (\S+)`).FindAllStringSubmatch(p, -1) {
+			var n int64
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, m[1]}.Sanitize()).Scan(&n))
+			require.Zero(t, n, "the watermark probe scanned %s:\n%s", m[1], p)
+		}
 	}
 	t.Logf("last full-window plan:\n%s\nlast watermark plan:\n%s", full[len(full)-1], wm[len(wm)-1])
+}
+
+// TestFullWindowProbeReadsOnlyTheWindow: the hash sidecar is partitioned by
+// created_at, and the full-window probe (and the watermark probe) must read
+// only the children that overlap its window, also after plpgsql switches to
+// a cached generic plan: with five hours of rows and a one-hour window, the
+// plans PostgreSQL runs name no child that ended before the window began
+// (nor the empty ones created ahead of the clock).
+func TestFullWindowProbeReadsOnlyTheWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := sqlstoretest.Open(t)
+	schema := st.Schema()
+	ref, err := st.EnsurePartition(ctx, "window", "hot")
+	require.NoError(t, err)
+	pool := sqlstoretest.Pool(t)
+	q := func(s string) string { return strings.ReplaceAll(s, "queen.", pgx.Identifier{schema}.Sanitize()+".") }
+	_, err = pool.Exec(ctx, q(`SELECT queen.sidecar_ensure(now() - interval '6 hours', now(), interval '1 hour')`))
+	require.NoError(t, err)
+	// 2000 segments of 10 hashes in each of the last five hours and in the
+	// last ten minutes, on the hot partition.
+	_, err = pool.Exec(ctx, q(`
+		INSERT INTO queen.log_txns (partition_id, first_offset, created_at, hashes)
+		SELECT $1::uuid, i * 10, now() - make_interval(mins => 10 + (5 - i / 2000) * 60),
+		       ARRAY(SELECT decode(md5(i || '-' || j), 'hex') FROM generate_series(1, 10) j)
+		  FROM generate_series(0, 11999) i`), [16]byte(ref.ID))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, q(`UPDATE queen.partitions SET next_offset = 120000 WHERE id = $1`), [16]byte(ref.ID))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, q(`ANALYZE queen.log_txns`))
+	require.NoError(t, err)
+
+	full, wm := probePlans(t, schema, func(ctx context.Context, conn *pgx.Conn) {
+		for i := range 8 {
+			for _, w := range []int64{reginatype.NoWatermark, 119990} {
+				b := &reginatype.PushBatch{Partition: ref.ID, WindowHint: 3600, Watermark: w}
+				b.Add(partition.HashTxID(fmt.Sprintf("new-%d-%d", i, w)), partition.NewV7(),
+					&partition.Body{TransactionID: "x", Payload: []byte("1")})
+				var status string
+				require.NoError(t, conn.QueryRow(ctx, `SELECT status FROM push_segment($1, $2, $3, $4, $5, $6, $7, $8)`,
+					[16]byte(b.Partition), b.WindowHint, b.Watermark, b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints).
+					Scan(&status))
+				require.Equal(t, "ok", status)
+			}
+		}
+	})
+	require.Len(t, full, 8)
+	require.Len(t, wm, 8)
+	// The children a one-hour window may touch (a minute of margin for the
+	// test's own duration, ten for the probe's upper bound).
+	rows, err := pool.Query(ctx, q(`SELECT child FROM queen.sidecar_children()
+		 WHERE hi > now() - interval '61 minutes' AND lo < now() + interval '10 minutes'`))
+	require.NoError(t, err)
+	inWindow, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(inWindow), 3)
+	child := regexp.MustCompile(`on (log_txns_\w+?) l`)
+	for _, p := range append(full, wm...) {
+		seen := child.FindAllStringSubmatch(p, -1)
+		require.NotEmpty(t, seen, p)
+		for _, m := range seen {
+			require.Contains(t, inWindow, m[1], "a probe read a child outside its window:\n%s", p)
+		}
+	}
+	for _, p := range full {
+		require.Regexp(t, sidecarGIN, p, p)
+	}
+	t.Logf("last full-window plan:\n%s", full[len(full)-1])
 }

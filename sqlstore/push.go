@@ -86,8 +86,13 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 		epoch := res.Epoch
 		res = reginatype.PushResult{Epoch: epoch}
 	}
-	status, err := scanPush(conn.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, watermark,
-		b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints), &res)
+	var status string
+	err = s.retryMissingSidecarChild(ctx, func() error {
+		var err error
+		status, err = scanPush(conn.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, watermark,
+			b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints), &res)
+		return err
+	})
 	if err != nil {
 		return res, classify(err)
 	}

@@ -10,23 +10,22 @@ import (
 
 // queries holds the store's SQL, qualified with the configured schema.
 type queries struct {
-	ensurePartition                                                                               string
-	pushSegment                                                                                   string
-	pushDups                                                                                      string
-	pushSegments                                                                                  string
-	configure                                                                                     string
-	deleteQueue                                                                                   string
-	deletePartitions                                                                              string
-	deleteSegments                                                                                string
-	deleteLogTxns                                                                                 string
-	deleteConsumers, deleteDLQ, deleteQueueGroups                                                 string
-	listQueues                                                                                    string
-	retentionTargets                                                                              string
-	evictionTargets                                                                               string
-	purgeLogTxns                                                                                  string
-	purgeSegments                                                                                 string
-	purgeConsumed                                                                                 string
-	sidecarSizes, sidecarReindexLock, sidecarReindexUnlock, sidecarInvalidIndexes, sidecarReindex string
+	ensurePartition                                                                   string
+	pushSegment                                                                       string
+	pushDups                                                                          string
+	pushSegments                                                                      string
+	configure                                                                         string
+	deleteQueue                                                                       string
+	deletePartitions                                                                  string
+	deleteSegments                                                                    string
+	deleteLogTxns                                                                     string
+	deleteConsumers, deleteDLQ, deleteQueueGroups                                     string
+	listQueues                                                                        string
+	retentionTargets                                                                  string
+	evictionTargets                                                                   string
+	purgeSegments                                                                     string
+	purgeConsumed                                                                     string
+	ensureSidecar, sidecarDropLock, sidecarDropUnlock, sidecarHorizon, expiredSidecar string
 
 	popPrepare, popHasWork, readyAfterConfigure, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
 	windowBufferBusy, readSegments, popAutoAck, popLease, popNotBefore, popNothing string
@@ -128,12 +127,14 @@ func newQueries(schema string) queries {
 				  FROM queen.partitions p WHERE p.queue_id = q.id), 0)::bigint,
 				` + queueOptionColumns + `
 			FROM queen.queues q ORDER BY q.name`,
-		// Every partition with its queue's retention settings.
+		// Every partition of a queue with retention enabled, with its
+		// settings (the hash sidecar is trimmed by dropping whole children,
+		// not per partition).
 		retentionTargets: `SELECT p.id, q.name, p.name,
-				GREATEST(q.dedup_window_seconds, q.completed_retention_seconds, $1::integer),
-				CASE WHEN q.retention_enabled AND q.retention_seconds > 0 THEN q.retention_seconds ELSE 0 END,
-				CASE WHEN q.retention_enabled AND q.completed_retention_seconds > 0 THEN q.completed_retention_seconds ELSE 0 END
-			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id`,
+				CASE WHEN q.retention_seconds > 0 THEN q.retention_seconds ELSE 0 END,
+				CASE WHEN q.completed_retention_seconds > 0 THEN q.completed_retention_seconds ELSE 0 END
+			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+			WHERE q.retention_enabled AND (q.retention_seconds > 0 OR q.completed_retention_seconds > 0)`,
 		// The partitions of queues with maxWaitTimeSeconds, oldest message
 		// first.
 		evictionTargets: `SELECT p.id, q.name, p.name, q.max_wait_time_seconds
@@ -147,15 +148,6 @@ func newQueries(schema string) queries {
 		// than its predecessor; deleting every expired row of the window
 		// would then punch a hole into the log. Reading a bounded prefix
 		// keeps a pass cheap even when nothing has expired.
-		purgeLogTxns: `DELETE FROM queen.log_txns l USING (
-				SELECT first_offset FROM (
-					SELECT first_offset,
-					       bool_and(coalesce(created_at < now() - make_interval(secs => $2), false))
-					         OVER (ORDER BY first_offset) AS expired
-					  FROM (SELECT first_offset, created_at FROM queen.log_txns
-					         WHERE partition_id = $1 ORDER BY first_offset LIMIT $3) o) e
-				 WHERE e.expired) d
-			WHERE l.partition_id = $1 AND l.first_offset = d.first_offset`,
 		purgeSegments: `DELETE FROM queen.segments s USING (
 				SELECT first_offset FROM (
 					SELECT first_offset,
@@ -166,15 +158,11 @@ func newQueries(schema string) queries {
 				 WHERE e.expired) d
 			WHERE s.partition_id = $1 AND s.first_offset = d.first_offset`,
 	}
-	q.sidecarSizes = `SELECT coalesce(pg_relation_size(to_regclass($$queen.log_txns_hashes$$)), 0),
-		       coalesce(pg_table_size(to_regclass($$queen.log_txns$$)), 0)`
-	q.sidecarReindexLock = `SELECT pg_try_advisory_lock(hashtext($$regina.sidecar-reindex.queen$$))`
-	q.sidecarReindexUnlock = `SELECT pg_advisory_unlock(hashtext($$regina.sidecar-reindex.queen$$))`
-	// Invalid indexes on log_txns: what a cancelled REINDEX CONCURRENTLY
-	// leaves (log_txns_hashes_ccnew, ...).
-	q.sidecarInvalidIndexes = `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		 WHERE i.indrelid = to_regclass($$queen.log_txns$$) AND NOT i.indisvalid`
-	q.sidecarReindex = `REINDEX INDEX CONCURRENTLY queen.log_txns_hashes`
+	q.sidecarDropLock = `SELECT pg_try_advisory_lock(hashtext($$regina.sidecar-drop.queen.log_txns$$))`
+	q.sidecarDropUnlock = `SELECT pg_advisory_unlock(hashtext($$regina.sidecar-drop.queen.log_txns$$))`
+	q.sidecarHorizon = sidecarHorizonSQL
+	q.ensureSidecar = ensureSidecarSQL
+	q.expiredSidecar = expiredSidecarSQL
 	q.consumerQueries()
 	q.admin = newAdminQueries(schema)
 	q.traces = newTraceQueries(schema)
@@ -183,8 +171,8 @@ func newQueries(schema string) queries {
 	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.pushDups, &q.pushSegments, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,
-		&q.retentionTargets, &q.evictionTargets, &q.purgeLogTxns, &q.purgeSegments, &q.purgeConsumed,
-		&q.sidecarSizes, &q.sidecarReindexLock, &q.sidecarReindexUnlock, &q.sidecarInvalidIndexes, &q.sidecarReindex,
+		&q.retentionTargets, &q.evictionTargets, &q.purgeSegments, &q.purgeConsumed,
+		&q.ensureSidecar, &q.sidecarDropLock, &q.sidecarDropUnlock, &q.sidecarHorizon, &q.expiredSidecar,
 		&q.popPrepare, &q.popHasWork, &q.readyAfterConfigure, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
 		&q.windowBufferBusy, &q.readSegments, &q.popAutoAck, &q.popLease, &q.popNotBefore, &q.popNothing,
 		&q.ackPartitionInfo, &q.lockConsumerForAck, &q.resolveOffsets, &q.updateConsumerAfterAck, &q.segmentAt,

@@ -67,9 +67,13 @@ type Config struct {
 	// completedRetentionSeconds, SidecarMinSeconds) seconds; 0 means
 	// partition.MinSidecarRetentionSeconds (900).
 	SidecarMinSeconds int
-	// SidecarReindexMinBytes is the size under which the hash sidecar's
-	// GIN index is never rebuilt; 0 means 16 MiB (tests lower it).
-	SidecarReindexMinBytes int64
+	// SidecarChildSeconds is the time slice of one child of the hash
+	// sidecar (queen.log_txns is partitioned by created_at); 0 means
+	// DefaultSidecarChildSeconds (an hour). A child is dropped once the
+	// sidecar's depth has passed its end, so the sidecar holds up to one
+	// slice more than its depth. It applies to the children created from
+	// then on.
+	SidecarChildSeconds int
 }
 
 // Store is Regina's PostgreSQL state. It is safe for concurrent use.
@@ -87,8 +91,8 @@ type Store struct {
 	warned *cryptWarnings
 	// sidecarMin is Config.SidecarMinSeconds (defaulted).
 	sidecarMin int
-	// sidecarReindexMin is Config.SidecarReindexMinBytes.
-	sidecarReindexMin int64
+	// sidecarChild is Config.SidecarChildSeconds (defaulted).
+	sidecarChild int
 }
 
 // Open connects, applies migrations and returns a ready Store.
@@ -139,10 +143,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.SidecarMinSeconds <= 0 {
 		cfg.SidecarMinSeconds = partition.MinSidecarRetentionSeconds
 	}
-	return &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema),
+	if cfg.SidecarChildSeconds <= 0 {
+		cfg.SidecarChildSeconds = DefaultSidecarChildSeconds
+	}
+	s := &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema),
 		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
 		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds,
-		sidecarReindexMin: cfg.SidecarReindexMinBytes}, nil
+		sidecarChild: cfg.SidecarChildSeconds}
+	if _, err := s.ensureSidecar(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Close waits for in-use connections to be returned and closes the pool.

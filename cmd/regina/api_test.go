@@ -261,26 +261,37 @@ func TestHealthIs503WhenDatabaseIsUnreachable(t *testing.T) {
 	require.Equal(t, "duplicate", b.push(t, item{"queue": "q", "transactionId": "before"})[0].Status)
 }
 
+// Retention drops a child of the hash sidecar whole once every queue's
+// window has passed it: while a queue with a 2-hour window could still need
+// 100-minute-old hashes, their child stays (and that queue still answers
+// duplicate, the 60 s queue does not); once no window reaches it, it goes.
 func TestRetentionPurgesTheSidecar(t *testing.T) {
 	t.Parallel()
-	b := startBroker(t, "", nil)
+	// Only the passes below (the broker's own would race them).
+	b := startBroker(t, "", func(c *Config) { c.RetentionInterval = 24 * time.Hour })
 	d := newDB(t, b.Schema)
 	b.configure(t, "short", map[string]any{"dedupWindowSeconds": 60})
 	b.configure(t, "long", map[string]any{"dedupWindowSeconds": 7200})
 	for i := range 5 {
 		b.push(t, item{"queue": "short", "transactionId": strconv.Itoa(i)}, item{"queue": "long", "transactionId": strconv.Itoa(i)})
 	}
-	// 1000 s old: past the 900 s floor for "short" (window 60), inside
-	// "long"'s 7200 s window.
-	d.exec(t, `UPDATE queen.log_txns SET created_at = created_at - interval '1000 seconds'`)
+	d.exec(t, `SELECT queen.sidecar_ensure(now() - interval '2 hours', now(), interval '1 hour')`)
+	d.exec(t, `UPDATE queen.log_txns SET created_at = created_at - interval '100 minutes'`)
 	st := sqlstoretest.OpenSchema(t, b.Schema)
-	stats, err := st.RetainOnce(context.Background(), 2) // small steps: 3 DELETEs for 5 rows
+	stats, err := st.RetainOnce(context.Background(), 2)
 	require.NoError(t, err)
-	require.Equal(t, int64(5), stats.LogTxns)
+	require.Zero(t, stats.SidecarChildren)
+	require.Equal(t, int64(10), d.int(t, `SELECT count(*) FROM queen.log_txns`))
+	require.Equal(t, "duplicate", b.push(t, item{"queue": "long", "transactionId": "0"})[0].Status)
+	require.Equal(t, "queued", b.push(t, item{"queue": "short", "transactionId": "0"})[0].Status)
+
+	b.configure(t, "long", map[string]any{"dedupWindowSeconds": 60})
+	stats, err = st.RetainOnce(context.Background(), 2)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, stats.SidecarChildren, 1)
 	require.Equal(t, int64(0), stats.Segments, "retention is not enabled on these queues")
-	_, _, shortRows, _, _ := d.partitionStats(t, "short", "Default")
-	_, _, longRows, _, _ := d.partitionStats(t, "long", "Default")
-	require.Equal(t, []int64{0, 5}, []int64{shortRows, longRows})
+	require.Equal(t, int64(0), d.int(t, `SELECT count(*) FROM queen.log_txns WHERE created_at < now() - interval '90 minutes'`))
+	require.Equal(t, int64(1), d.int(t, `SELECT count(*) FROM queen.log_txns`), "the new push's row stays")
 }
 
 // TestBinaryServesWithOnlyDatabaseURLAndPort builds bin/regina, runs it with

@@ -39,6 +39,9 @@ type Config struct {
 	// RetentionSidecarMinSeconds is the floor of the hash sidecar's depth
 	// (RETENTION_SIDECAR_MIN_SECONDS).
 	RetentionSidecarMinSeconds int
+	// RetentionSidecarChildSeconds is the time slice of one child of the
+	// hash sidecar (RETENTION_SIDECAR_CHILD_SECONDS).
+	RetentionSidecarChildSeconds int
 	// MaintenanceRefresh is how often the maintenance switches are re-read
 	// from the database (a switch flipped through another broker takes
 	// effect here within it).
@@ -183,6 +186,9 @@ var settings = []setting{
 	{env: "RETENTION_SIDECAR_MIN_SECONDS", flag: "retention-sidecar-min-seconds", def: "900",
 		help: "keep every segment's hashes at least this long (acks resolve through them)", min: 1,
 		field: func(c *Config) any { return &c.RetentionSidecarMinSeconds }},
+	{env: "RETENTION_SIDECAR_CHILD_SECONDS", flag: "retention-sidecar-child-seconds", def: "3600",
+		help: "time slice of one child of the hash sidecar (dropped whole once every window has passed it)", min: 60,
+		field: func(c *Config) any { return &c.RetentionSidecarChildSeconds }},
 	{env: "MAINTENANCE_REFRESH", flag: "maintenance-refresh", def: "1000",
 		help: "ms between reads of the maintenance switches (set through another broker)", min: 1,
 		field: func(c *Config) any { return &c.MaintenanceRefresh }},

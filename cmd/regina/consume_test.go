@@ -668,28 +668,31 @@ func TestNewGroupFirstPopRacingAnother(t *testing.T) {
 }
 
 // TestSidecarFloorIsASetting: RETENTION_SIDECAR_MIN_SECONDS lowers the
-// floor under which the hash sidecar is never trimmed (900 s by default); the
-// dedup window still holds hashes for as long as it lasts.
+// floor under which the hash sidecar is never trimmed (900 s by default),
+// and RETENTION_SIDECAR_CHILD_SECONDS sets the time slice retention drops
+// whole: with a floor and slices of a minute and only a 60 s window, hashes
+// five minutes old are gone within a few passes.
 func TestSidecarFloorIsASetting(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, "", func(c *Config) {
 		c.RetentionInterval = 50 * time.Millisecond
 		c.RetentionSidecarMinSeconds = 60
+		c.RetentionSidecarChildSeconds = 60
 	})
 	d := newDB(t, b.Schema)
 	b.configure(t, "short", map[string]any{"dedupWindowSeconds": 60})
-	b.configure(t, "long", map[string]any{"dedupWindowSeconds": 3600})
 	pushN(t, b, "short", "Default", 0, 1)
-	pushN(t, b, "long", "Default", 0, 1)
-	d.exec(t, `UPDATE queen.log_txns SET created_at = now() - interval '2 minutes'`)
+	d.exec(t, `SELECT queen.sidecar_ensure(now() - interval '10 minutes', now(), interval '1 minute')`)
+	d.exec(t, `UPDATE queen.log_txns SET created_at = now() - interval '5 minutes'`)
+	// Every child that ended more than a minute (the horizon) ago goes,
+	// the one holding the row with them.
 	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		if _, _, rows, _, _ := d.partitionStats(t, "short", "Default"); rows != 0 {
+		if _, _, rows, _, _ := d.partitionStats(t, "short", "Default"); rows != 0 ||
+			d.int(t, `SELECT count(*) FROM queen.sidecar_children() WHERE hi <= now() - interval '2 minutes'`) != 0 {
 			return errNotYet
 		}
 		return nil
 	})
-	_, _, rows, _, _ := d.partitionStats(t, "long", "Default")
-	require.Equal(t, int64(1), rows, "the window (3600 s) still holds the long queue's hashes")
 }
 
 func TestReplayOutOfTheDLQIsNotSwallowedByDedup(t *testing.T) {

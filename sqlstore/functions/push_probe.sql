@@ -46,7 +46,22 @@ SET jit = off
 SET enable_seqscan = off
 SET enable_nestloop = off
 AS $$
+DECLARE
+    v_since timestamptz;
+    v_until timestamptz;
 BEGIN
+    -- The window, as plain values: the sidecar is partitioned by created_at
+    -- (migration 0011), and with constants the planner reads only the
+    -- children inside the window (plan-time pruning; a cached generic plan
+    -- prunes at executor start). The window is measured from the original's
+    -- stored time: rows created after now() - window. The upper bound only
+    -- keeps the empty children created ahead of the clock out of the plan:
+    -- every row this function can see was committed before its caller's
+    -- snapshot (push_segment takes it after the partition row lock, push_dups
+    -- at its start), so before clock_timestamp() here (five minutes of margin
+    -- for a clock stepping back).
+    v_since := now() - make_interval(secs => p_window);
+    v_until := clock_timestamp() + interval '5 minutes';
     IF p_watermark < 0 OR p_next - p_watermark > 16 * cardinality(p_hashes) THEN
         -- Full-window probe, driven by the GIN index on hashes. The
         -- partition filter is written so that it cannot be an index
@@ -58,7 +73,7 @@ BEGIN
              CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
              WHERE l.hashes && p_hashes
                AND (l.partition_id = p_partition) IS TRUE
-               AND l.created_at > now() - make_interval(secs => p_window)),
+               AND l.created_at > v_since AND l.created_at < v_until),
         d AS (
             SELECT DISTINCT ON (h.i) h.i::integer AS i, c.fo, c.o, c.created
               FROM c JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = c.h
@@ -70,8 +85,9 @@ BEGIN
                      WHERE g.partition_id = p_partition AND g.first_offset = r.fo) AS ids,
                    (SELECT t.fingerprints[r.lo:r.hi]
                       FROM queen.log_txns t
-                     WHERE t.partition_id = p_partition AND t.first_offset = r.fo) AS fps
-              FROM (SELECT d.fo, min(d.o) AS lo, max(d.o) AS hi FROM d GROUP BY d.fo) r)
+                     WHERE t.partition_id = p_partition AND t.first_offset = r.fo
+                       AND t.created_at = r.created) AS fps
+              FROM (SELECT d.fo, d.created, min(d.o) AS lo, max(d.o) AS hi FROM d GROUP BY d.fo, d.created) r)
         SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'),
                coalesce(array_agg(coalesce(substring(s.ids FROM (d.o - s.lo) * 16 + 1 FOR 16),
                                            '\x00000000000000000000000000000000'::bytea) ORDER BY d.i), '{}'),
@@ -89,7 +105,7 @@ BEGIN
              CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
              WHERE l.partition_id = p_partition
                AND l.first_offset > p_watermark
-               AND l.created_at > now() - make_interval(secs => p_window)),
+               AND l.created_at > v_since AND l.created_at < v_until),
         d AS (
             SELECT DISTINCT ON (h.i) h.i::integer AS i, c.fo, c.o, c.created
               FROM c JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = c.h
@@ -101,8 +117,9 @@ BEGIN
                      WHERE g.partition_id = p_partition AND g.first_offset = r.fo) AS ids,
                    (SELECT t.fingerprints[r.lo:r.hi]
                       FROM queen.log_txns t
-                     WHERE t.partition_id = p_partition AND t.first_offset = r.fo) AS fps
-              FROM (SELECT d.fo, min(d.o) AS lo, max(d.o) AS hi FROM d GROUP BY d.fo) r)
+                     WHERE t.partition_id = p_partition AND t.first_offset = r.fo
+                       AND t.created_at = r.created) AS fps
+              FROM (SELECT d.fo, d.created, min(d.o) AS lo, max(d.o) AS hi FROM d GROUP BY d.fo, d.created) r)
         SELECT coalesce(array_agg(d.i ORDER BY d.i), '{}'),
                coalesce(array_agg(coalesce(substring(s.ids FROM (d.o - s.lo) * 16 + 1 FOR 16),
                                            '\x00000000000000000000000000000000'::bytea) ORDER BY d.i), '{}'),

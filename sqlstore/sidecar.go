@@ -1,0 +1,161 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The hash sidecar (queen.log_txns) is partitioned by RANGE (created_at)
+// (migration 0011): one child per time slice, created ahead of the clock by
+// sidecar_ensure (sqlstore/functions/sidecar.sql) and detached and dropped
+// whole by retention once every window it could serve has passed.
+const (
+	// DefaultSidecarChildSeconds is the time slice of one child of the hash
+	// sidecar when Config.SidecarChildSeconds is 0.
+	DefaultSidecarChildSeconds = 3600
+	// sidecarAheadMinSeconds and sidecarAheadSlices: how far past the clock
+	// children exist after every start (Open) and retention pass, at least
+	// 15 minutes and three slices, so a push does not wait for a child
+	// between two passes (and if one does, see retryMissingSidecarChild).
+	sidecarAheadMinSeconds = 15 * 60
+	sidecarAheadSlices     = 3
+)
+
+// ensureSidecarSQL creates the children of [now - $1 s, now + $2 s) of $3 s
+// each, where missing.
+const ensureSidecarSQL = `SELECT queen.sidecar_ensure(now() - make_interval(secs => $1),
+	now() + make_interval(secs => $2), make_interval(secs => $3))`
+
+// ensureSidecar makes sure the hash sidecar has children from one slice
+// before now to well ahead of it.
+func (s *Store) ensureSidecar(ctx context.Context) (int, error) {
+	var n int
+	ahead := max(sidecarAheadMinSeconds, sidecarAheadSlices*s.sidecarChild)
+	if err := s.pool.QueryRow(ctx, s.sql.ensureSidecar, s.sidecarChild, ahead, s.sidecarChild).Scan(&n); err != nil {
+		return 0, fmt.Errorf("create hash sidecar children: %w", classify(err))
+	}
+	return n, nil
+}
+
+// isMissingSidecarChild reports whether err is PostgreSQL's refusal of a row
+// no child of a partitioned table covers ("no partition of relation ...
+// found for row", SQLSTATE 23514): the statement wrote nothing.
+func isMissingSidecarChild(err error) bool {
+	pe, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pe.Code == "23514" && strings.Contains(pe.Message, "no partition of relation")
+}
+
+// retryMissingSidecarChild runs do and, when it failed only because no child
+// of the sidecar covered its row (the clock ran past the children made
+// ahead, or they were never made), creates the children and runs it once
+// more. do must be one statement or transaction that wrote nothing when it
+// failed.
+func (s *Store) retryMissingSidecarChild(ctx context.Context, do func() error) error {
+	err := do()
+	if !isMissingSidecarChild(err) {
+		return err
+	}
+	if _, eerr := s.ensureSidecar(ctx); eerr != nil {
+		return fmt.Errorf("%w (after: %w)", eerr, err)
+	}
+	s.log.Warn().Msg("a push found no hash sidecar child for its time: children created")
+	return do()
+}
+
+// sidecarHorizonSQL is the depth retention keeps: the longest of every
+// queue's GREATEST(dedup window, completedRetentionSeconds) and the floor $1.
+// Each queue's probe bounds itself by its own window, so keeping rows longer
+// than a queue needs changes no verdict.
+const sidecarHorizonSQL = `SELECT GREATEST(coalesce(max(GREATEST(q.dedup_window_seconds, q.completed_retention_seconds)), 0),
+	$1::integer) FROM queen.queues q`
+
+// expiredSidecarSQL lists the children whose every row is older than the
+// horizon ($1 s), with their estimated rows, and tables a dropped child left
+// behind (detached, not yet dropped: detached is true).
+const expiredSidecarSQL = `SELECT c.child, c.detach_pending, false, c.est_rows
+	  FROM queen.sidecar_children() c
+	 WHERE c.hi <= now() - make_interval(secs => $1)
+	UNION ALL
+	SELECT r.relname::text, false, true, 0
+	  FROM pg_class r
+	 WHERE r.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'queen.log_txns'::regclass)
+	   AND r.relkind = 'r' AND NOT r.relispartition
+	   AND r.relname ~ '^log_txns_([0-9]{8}_[0-9]{6}|legacy)$'`
+
+// dropExpiredSidecar detaches (DETACH PARTITION ... CONCURRENTLY: pushes,
+// probes and acks go on) and drops every child of the sidecar whose whole
+// range lies before the horizon: a constant-time step per child, whatever it
+// holds, and no dead rows left for VACUUM. A detach a previous pass left
+// pending is finished (FINALIZE), a detached table left undropped is dropped.
+// One broker at a time (a session advisory lock). It returns the children
+// dropped and their estimated rows (pg_class.reltuples).
+func (s *Store) dropExpiredSidecar(ctx context.Context) (children int, rows int64, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, 0, classify(err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, s.sql.sidecarDropLock).Scan(&locked); err != nil {
+		return 0, 0, classify(err)
+	}
+	if !locked {
+		return 0, 0, nil
+	}
+	defer func() {
+		if _, err := conn.Exec(context.Background(), s.sql.sidecarDropUnlock); err != nil {
+			_ = conn.Conn().Close(context.Background()) // the session (and its lock) goes
+		}
+	}()
+	var horizon int
+	if err := conn.QueryRow(ctx, s.sql.sidecarHorizon, s.sidecarMin).Scan(&horizon); err != nil {
+		return 0, 0, classify(err)
+	}
+	type expired struct {
+		name              string
+		pending, detached bool
+		rows              int64
+	}
+	list, err := conn.Query(ctx, s.sql.expiredSidecar, horizon)
+	if err != nil {
+		return 0, 0, classify(err)
+	}
+	all, err := pgx.CollectRows(list, func(r pgx.CollectableRow) (expired, error) {
+		var e expired
+		err := r.Scan(&e.name, &e.pending, &e.detached, &e.rows)
+		return e, err
+	})
+	if err != nil {
+		return 0, 0, classify(err)
+	}
+	parent := pgx.Identifier{s.schema, "log_txns"}.Sanitize()
+	for _, e := range all {
+		start := time.Now()
+		child := pgx.Identifier{s.schema, e.name}.Sanitize()
+		switch {
+		case e.detached:
+		case e.pending:
+			if _, err := conn.Exec(ctx, "ALTER TABLE "+parent+" DETACH PARTITION "+child+" FINALIZE"); err != nil {
+				return children, rows, fmt.Errorf("finish detaching %s: %w", e.name, classify(err))
+			}
+		default:
+			if _, err := conn.Exec(ctx, "ALTER TABLE "+parent+" DETACH PARTITION "+child+" CONCURRENTLY"); err != nil {
+				return children, rows, fmt.Errorf("detach %s: %w", e.name, classify(err))
+			}
+		}
+		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+child); err != nil {
+			return children, rows, fmt.Errorf("drop %s: %w", e.name, classify(err))
+		}
+		children++
+		rows += e.rows
+		s.log.Info().Str("child", e.name).Int64("rows_estimated", e.rows).Int("horizon_seconds", horizon).
+			Dur("took", time.Since(start)).Msg("hash sidecar child dropped")
+	}
+	return children, rows, nil
+}
