@@ -27,66 +27,68 @@ import (
 func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID, group string) (string, []reginatype.Replayed, error) {
 	var out []reginatype.Replayed
 	var queue string
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		out = nil
-		pid := [16]byte(partitionID)
-		var next int64
-		if err := tx.QueryRow(ctx, s.sql.lockPartition, pid).Scan(&next, &queue); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
+	err := s.retryMissingSidecarChild(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			out = nil
+			pid := [16]byte(partitionID)
+			var next int64
+			if err := tx.QueryRow(ctx, s.sql.lockPartition, pid).Scan(&next, &queue); err != nil {
+				if errors.Is(err, pgx.ErrNoRows) {
+					return reginatype.ErrNotInDLQ
+				}
+				return err
+			}
+			rows, err := tx.Query(ctx, s.sql.takeDLQ, pid, txID, nullIfEmpty(group))
+			if err != nil {
+				return err
+			}
+			type letter struct {
+				payload   []byte
+				trace     *[16]byte
+				sub       *string
+				encrypted bool
+			}
+			var letters []letter
+			seen := make(map[int64]bool)
+			for rows.Next() {
+				var l letter
+				var off int64
+				if err := rows.Scan(&off, &l.payload, &l.trace, &l.sub, &l.encrypted); err != nil {
+					rows.Close()
+					return err
+				}
+				if !seen[off] {
+					seen[off] = true
+					letters = append(letters, l)
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if len(letters) == 0 {
 				return reginatype.ErrNotInDLQ
 			}
-			return err
-		}
-		rows, err := tx.Query(ctx, s.sql.takeDLQ, pid, txID, nullIfEmpty(group))
-		if err != nil {
-			return err
-		}
-		type letter struct {
-			payload   []byte
-			trace     *[16]byte
-			sub       *string
-			encrypted bool
-		}
-		var letters []letter
-		seen := make(map[int64]bool)
-		for rows.Next() {
-			var l letter
-			var off int64
-			if err := rows.Scan(&off, &l.payload, &l.trace, &l.sub, &l.encrypted); err != nil {
-				rows.Close()
-				return err
+			h := partition.HashTxID(txID)
+			now := time.Now().UnixMicro()
+			for _, l := range letters {
+				f := partition.Frame{MessageID: partition.NewV7(), Body: partition.Body{
+					CreatedAt: now, TransactionID: txID, Payload: l.payload, Encrypted: l.encrypted}}
+				if l.trace != nil {
+					f.TraceID, f.HasTrace = *l.trace, true
+				}
+				if l.sub != nil {
+					f.ProducerSub = *l.sub
+				}
+				if _, err := tx.Exec(ctx, s.sql.replayInsert, pid, next, partition.EncodeSegment([]partition.Frame{f}),
+					[][]byte{h[:]}); err != nil {
+					return err
+				}
+				out = append(out, reginatype.Replayed{MessageID: f.MessageID, Offset: next})
+				next++
 			}
-			if !seen[off] {
-				seen[off] = true
-				letters = append(letters, l)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(letters) == 0 {
-			return reginatype.ErrNotInDLQ
-		}
-		h := partition.HashTxID(txID)
-		now := time.Now().UnixMicro()
-		for _, l := range letters {
-			f := partition.Frame{MessageID: partition.NewV7(), Body: partition.Body{
-				CreatedAt: now, TransactionID: txID, Payload: l.payload, Encrypted: l.encrypted}}
-			if l.trace != nil {
-				f.TraceID, f.HasTrace = *l.trace, true
-			}
-			if l.sub != nil {
-				f.ProducerSub = *l.sub
-			}
-			if _, err := tx.Exec(ctx, s.sql.replayInsert, pid, next, partition.EncodeSegment([]partition.Frame{f}),
-				[][]byte{h[:]}); err != nil {
-				return err
-			}
-			out = append(out, reginatype.Replayed{MessageID: f.MessageID, Offset: next})
-			next++
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		if errors.Is(err, reginatype.ErrNotInDLQ) {

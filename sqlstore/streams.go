@@ -176,6 +176,12 @@ func (s *Store) StreamCycle(ctx context.Context, c reginatype.StreamCycle) (regi
 		if err != nil && errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001") && attempt < maxTxnAttempts {
 			continue
 		}
+		// No hash sidecar child for the time: rolled back, made, retried.
+		if isMissingSidecarChild(err) && attempt < maxTxnAttempts {
+			if _, eerr := s.ensureSidecar(ctx); eerr == nil {
+				continue
+			}
+		}
 		break
 	}
 	if err == nil {

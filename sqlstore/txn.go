@@ -39,6 +39,12 @@ func (s *Store) Transaction(ctx context.Context, pushes []reginatype.TxnPush, ac
 		if err != nil && errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001") && attempt < maxTxnAttempts {
 			continue
 		}
+		// No hash sidecar child for the time: rolled back, made, retried.
+		if isMissingSidecarChild(err) && attempt < maxTxnAttempts {
+			if _, eerr := s.ensureSidecar(ctx); eerr == nil {
+				continue
+			}
+		}
 		break
 	}
 	var dup *reginatype.DuplicateError
