@@ -324,6 +324,14 @@ func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 			}
 			txns[t.FirstOffset] = t
 		}
+		// Retention drops the sidecar's children by time: every row it
+		// removed is older than every row it kept.
+		var oldestTxn time.Time
+		for i := range p.Txns {
+			if i == 0 || p.Txns[i].CreatedAt.Before(oldestTxn) {
+				oldestTxn = p.Txns[i].CreatedAt
+			}
+		}
 		segAt := map[int64]bool{}
 		for i := range p.Segments {
 			s := &p.Segments[i]
@@ -331,8 +339,9 @@ func CheckWith(attempts []*Attempt, st *DBState, opts CheckOptions) *Report {
 			r.Stats.Segments++
 			t := txns[s.FirstOffset]
 			switch {
-			case t == nil && opts.Window > 0 && (len(p.Txns) == 0 || s.FirstOffset < p.Txns[0].FirstOffset):
-				// Retention removed the hashes of this prefix (the sidecar
+			case t == nil && opts.Window > 0 && (len(p.Txns) == 0 || s.FirstOffset < p.Txns[0].FirstOffset ||
+				s.CreatedAt.Before(oldestTxn)):
+				// Retention removed the hashes of this segment (the sidecar
 				// can be shorter than the segments' retention).
 			case t == nil:
 				add(VLogTxns, name, "", "segment at first_offset %d (%d frames) has no log_txns row", s.FirstOffset, s.FrameCount)
