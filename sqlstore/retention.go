@@ -43,7 +43,7 @@ func (s *Store) RetainOnce(ctx context.Context, batchSize int) (st RetentionStat
 	if batchSize <= 0 {
 		batchSize = 1000
 	}
-	if _, err := s.ensureSidecar(ctx); err != nil {
+	if err := s.ensureSidecar(ctx); err != nil {
 		return st, fmt.Errorf("retention: %w", err)
 	}
 	st.SidecarChildren, st.LogTxns, err = s.dropExpiredSidecar(ctx)

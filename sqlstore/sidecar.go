@@ -34,13 +34,16 @@ const ensureSidecarSQL = `SELECT queen.sidecar_ensure(now() - make_interval(secs
 
 // ensureSidecar makes sure the hash sidecar has children from one slice
 // before now to well ahead of it.
-func (s *Store) ensureSidecar(ctx context.Context) (int, error) {
+func (s *Store) ensureSidecar(ctx context.Context) error {
 	var n int
 	ahead := max(sidecarAheadMinSeconds, sidecarAheadSlices*s.sidecarChild)
 	if err := s.pool.QueryRow(ctx, s.sql.ensureSidecar, s.sidecarChild, ahead, s.sidecarChild).Scan(&n); err != nil {
-		return 0, fmt.Errorf("create hash sidecar children: %w", classify(err))
+		return fmt.Errorf("create hash sidecar children: %w", classify(err))
 	}
-	return n, nil
+	if n > 0 {
+		s.log.Debug().Int("children", n).Msg("hash sidecar children created")
+	}
+	return nil
 }
 
 // isMissingSidecarChild reports whether err is PostgreSQL's refusal of a row
@@ -61,7 +64,7 @@ func (s *Store) retryMissingSidecarChild(ctx context.Context, do func() error) e
 	if !isMissingSidecarChild(err) {
 		return err
 	}
-	if _, eerr := s.ensureSidecar(ctx); eerr != nil {
+	if eerr := s.ensureSidecar(ctx); eerr != nil {
 		return fmt.Errorf("%w (after: %w)", eerr, err)
 	}
 	s.log.Warn().Msg("a push found no hash sidecar child for its time: children created")

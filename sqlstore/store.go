@@ -150,7 +150,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
 		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds,
 		sidecarChild: cfg.SidecarChildSeconds}
-	if _, err := s.ensureSidecar(ctx); err != nil {
+	if err := s.ensureSidecar(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
