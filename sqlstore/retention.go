@@ -10,8 +10,9 @@ import (
 // RetentionStats counts what one retention pass deleted.
 type RetentionStats struct {
 	Partitions int
-	// LogTxns estimates the hash sidecar rows dropped (pg_class.reltuples
-	// of the dropped children: counting them would read them).
+	// LogTxns is the hash sidecar rows dropped, as the statistics estimate
+	// them (pg_class.reltuples of the dropped children; counting them would
+	// read them), counted for a child never analyzed (a small one).
 	LogTxns  int64
 	Segments int64
 	// Traces counts the trace events of removed messages.

@@ -85,7 +85,7 @@ const expiredSidecarSQL = `SELECT c.child, c.detach_pending, false, c.est_rows
 	  FROM queen.sidecar_children() c
 	 WHERE c.hi <= now() - make_interval(secs => $1)
 	UNION ALL
-	SELECT r.relname::text, false, true, 0
+	SELECT r.relname::text, false, true, GREATEST(r.reltuples, 0)::bigint
 	  FROM pg_class r
 	 WHERE r.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'queen.log_txns'::regclass)
 	   AND r.relkind = 'r' AND NOT r.relispartition
@@ -97,7 +97,8 @@ const expiredSidecarSQL = `SELECT c.child, c.detach_pending, false, c.est_rows
 // holds, and no dead rows left for VACUUM. A detach a previous pass left
 // pending is finished (FINALIZE), a detached table left undropped is dropped.
 // One broker at a time (a session advisory lock). It returns the children
-// dropped and their estimated rows (pg_class.reltuples).
+// dropped and their rows as the statistics estimate them (pg_class.reltuples;
+// counted when a child was never analyzed).
 func (s *Store) dropExpiredSidecar(ctx context.Context) (children int, rows int64, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -141,6 +142,13 @@ func (s *Store) dropExpiredSidecar(ctx context.Context) (children int, rows int6
 	for _, e := range all {
 		start := time.Now()
 		child := pgx.Identifier{s.schema, e.name}.Sanitize()
+		if e.rows < 0 && !e.detached {
+			// Never analyzed: autovacuum analyzes a child after its first
+			// 50 rows, so this one is small (or autovacuum is off). Count.
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+child).Scan(&e.rows); err != nil {
+				return children, rows, fmt.Errorf("count %s: %w", e.name, classify(err))
+			}
+		}
 		switch {
 		case e.detached:
 		case e.pending:

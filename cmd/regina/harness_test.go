@@ -252,6 +252,15 @@ func (d *db) int(t *testing.T, sql string, args ...any) int64 {
 	return n
 }
 
+func (d *db) int64s(t *testing.T, sql string, args ...any) []int64 {
+	t.Helper()
+	rows, err := d.pool.Query(context.Background(), d.q(sql), args...)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return out
+}
+
 // partitionStats returns (segments, frames, log_txns rows, hashes, next_offset)
 // of one partition, zeros when it does not exist.
 func (d *db) partitionStats(t *testing.T, queue, part string) (segments, frames, logRows, hashes, nextOffset int64) {

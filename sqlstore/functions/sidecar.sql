@@ -6,7 +6,7 @@
 -- sidecar_children lists the children with their bounds [lo, hi) (lo is
 -- -infinity for MINVALUE) and whether a DETACH ... CONCURRENTLY of it was
 -- interrupted (detach_pending: retention finishes it), and its estimated
--- rows (pg_class.reltuples, 0 before the first ANALYZE).
+-- rows (pg_class.reltuples: -1 until the first VACUUM or ANALYZE).
 CREATE OR REPLACE FUNCTION queen.sidecar_children(OUT child text, OUT lo timestamptz, OUT hi timestamptz,
     OUT detach_pending boolean, OUT est_rows bigint)
 RETURNS SETOF record
@@ -15,7 +15,7 @@ LANGUAGE sql STABLE SET jit = off AS $$
            CASE b.m[1] WHEN 'MINVALUE' THEN '-infinity'::timestamptz ELSE btrim(b.m[1], '''')::timestamptz END,
            CASE b.m[2] WHEN 'MAXVALUE' THEN 'infinity'::timestamptz ELSE btrim(b.m[2], '''')::timestamptz END,
            i.inhdetachpending,
-           GREATEST(c.reltuples, 0)::bigint
+           c.reltuples::bigint
       FROM pg_inherits i
       JOIN pg_class c ON c.oid = i.inhrelid
      CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS b(m)
