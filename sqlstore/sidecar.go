@@ -32,12 +32,19 @@ const (
 const ensureSidecarSQL = `SELECT queen.sidecar_ensure(now() - make_interval(secs => $1),
 	now() + make_interval(secs => $2), make_interval(secs => $3))`
 
-// ensureSidecar makes sure the hash sidecar has children from one slice
-// before now to well ahead of it.
+// ensureSidecar makes sure the hash sidecar has children from the current
+// slice to well ahead of it. (Not behind: with a horizon shorter than a
+// slice, the previous child may already be expired, and each pass would
+// create what the same pass drops.)
 func (s *Store) ensureSidecar(ctx context.Context) error {
+	return s.ensureSidecarFrom(ctx, 0)
+}
+
+// ensureSidecarFrom is ensureSidecar from behind seconds before now.
+func (s *Store) ensureSidecarFrom(ctx context.Context, behind int) error {
 	var n int
 	ahead := max(sidecarAheadMinSeconds, sidecarAheadSlices*s.sidecarChild)
-	if err := s.pool.QueryRow(ctx, s.sql.ensureSidecar, s.sidecarChild, ahead, s.sidecarChild).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.ensureSidecar, behind, ahead, s.sidecarChild).Scan(&n); err != nil {
 		return fmt.Errorf("create hash sidecar children: %w", classify(err))
 	}
 	if n > 0 {
@@ -64,7 +71,9 @@ func (s *Store) retryMissingSidecarChild(ctx context.Context, do func() error) e
 	if !isMissingSidecarChild(err) {
 		return err
 	}
-	if eerr := s.ensureSidecar(ctx); eerr != nil {
+	// From one slice back: the failed row's time is its transaction's
+	// start, which may lie before the current slice.
+	if eerr := s.ensureSidecarFrom(ctx, s.sidecarChild); eerr != nil {
 		return fmt.Errorf("%w (after: %w)", eerr, err)
 	}
 	s.log.Warn().Msg("a push found no hash sidecar child for its time: children created")

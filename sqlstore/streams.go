@@ -178,7 +178,7 @@ func (s *Store) StreamCycle(ctx context.Context, c reginatype.StreamCycle) (regi
 		}
 		// No hash sidecar child for the time: rolled back, made, retried.
 		if isMissingSidecarChild(err) && attempt < maxTxnAttempts {
-			if s.ensureSidecar(ctx) == nil {
+			if s.ensureSidecarFrom(ctx, s.sidecarChild) == nil {
 				continue
 			}
 		}
