@@ -150,7 +150,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
 		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds,
 		sidecarChild: cfg.SidecarChildSeconds}
-	if err := s.ensureSidecar(ctx); err != nil {
+	// From one slice back at start (transactions begun before the current
+	// slice, rows written by tools for the last minutes); a previous child
+	// already past the horizon is dropped by the first pass.
+	if err := s.ensureSidecarFrom(ctx, s.sidecarChild); err != nil {
 		pool.Close()
 		return nil, err
 	}
