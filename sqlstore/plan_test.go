@@ -130,11 +130,12 @@ func TestProbePlansStayIndexDriven(t *testing.T) {
 		require.Regexp(t, sidecarOffsets, p, "watermark probe must use the (partition_id, first_offset) index:\n%s", p)
 		require.NotRegexp(t, sidecarGIN, p, p)
 		require.NotContains(t, p, "Seq Scan on segments", p)
-		// A child that holds no row (a new hour's) may be read whole.
+		// A child holding a few rows (a new hour's: this test's own
+		// pushes) may be read whole, not the one with the preloaded rows.
 		for _, m := range regexp.MustCompile(`Seq Scan on (\S+)`).FindAllStringSubmatch(p, -1) {
 			var n int64
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, m[1]}.Sanitize()).Scan(&n))
-			require.Zero(t, n, "the watermark probe scanned %s:\n%s", m[1], p)
+			require.Less(t, n, int64(100), "the watermark probe scanned %s:\n%s", m[1], p)
 		}
 	}
 	t.Logf("last full-window plan:\n%s\nlast watermark plan:\n%s", full[len(full)-1], wm[len(wm)-1])
