@@ -377,6 +377,9 @@ func (w *diffWorld) run(t *testing.T, ops []diffOp) []string {
 				where = ` WHERE partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)`
 				args = append(args, op.queue)
 			}
+			// The hash sidecar needs children for the times the rows move to.
+			w.d.exec(t, `SELECT queen.sidecar_ensure(coalesce((SELECT min(created_at) FROM queen.log_txns), now())
+				- make_interval(secs => `+strconv.Itoa(diffAgeSeconds)+`), now(), interval '1 hour')`)
 			for _, table := range []string{"queen.log_txns", "queen.segments"} {
 				w.d.exec(t, `UPDATE `+table+` SET created_at = created_at - make_interval(secs => `+
 					strconv.Itoa(diffAgeSeconds)+`)`+where, args...)
