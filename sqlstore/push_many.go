@@ -130,7 +130,19 @@ func (s *Store) pushOneTransaction(ctx context.Context, conn *pgxpool.Conn, epoc
 		ends = append(ends, b.Ends...)
 		fps = append(fps, b.Fingerprints...)
 	}
-	rows, err := conn.Query(ctx, s.sql.pushSegments, parts, hints, marks, counts, hashes, ids, bodies, ends, fps, hasFps)
+	// One statement: when no sidecar child covered its time it wrote
+	// nothing, and runs again once the children are made.
+	return s.retryMissingSidecarChild(ctx, func() error {
+		return s.pushSegmentsOnce(ctx, conn, bs, res, errs, epoch,
+			parts, hints, marks, counts, hashes, ids, bodies, ends, fps, hasFps)
+	})
+}
+
+// pushSegmentsOnce runs queen.push_segments once and reads its rows into res
+// and errs.
+func (s *Store) pushSegmentsOnce(ctx context.Context, conn *pgxpool.Conn, bs []*reginatype.PushBatch,
+	res []reginatype.PushResult, errs []error, epoch uint64, args ...any) error {
+	rows, err := conn.Query(ctx, s.sql.pushSegments, args...)
 	if err != nil {
 		return err
 	}
