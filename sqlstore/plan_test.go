@@ -23,6 +23,9 @@ import (
 var (
 	sidecarGIN     = regexp.MustCompile(`(using|on) log_txns_\w*hashes`)
 	sidecarOffsets = regexp.MustCompile(`(using|on) log_txns_\w*_partition_id_first_offset_idx`)
+	// The same index driving the probe's scan of log_txns (alias l), not
+	// the lookup of a found row's fingerprints (alias t, one row by key).
+	sidecarOffsetsProbe = regexp.MustCompile(`using log_txns_\w*_partition_id_first_offset_idx on log_txns_\w+ l(_\d+)? `)
 )
 
 // probePlans runs push_segment calls on one connection with auto_explain
@@ -122,7 +125,7 @@ func TestProbePlansStayIndexDriven(t *testing.T) {
 	}
 	for _, p := range full {
 		require.Regexp(t, sidecarGIN, p, "full-window probe must use the GIN index:\n%s", p)
-		require.NotRegexp(t, sidecarOffsets, p, "full-window probe must not walk the offsets:\n%s", p)
+		require.NotRegexp(t, sidecarOffsetsProbe, p, "full-window probe must not walk the offsets:\n%s", p)
 		require.NotContains(t, p, "Seq Scan on log_txns", p)
 		require.NotContains(t, p, "Seq Scan on segments", p)
 	}
@@ -185,8 +188,8 @@ func TestFullWindowProbeReadsOnlyTheWindow(t *testing.T) {
 			}
 		}
 	})
-	require.Len(t, full, 8)
-	require.Len(t, wm, 8)
+	require.NotEmpty(t, full)
+	require.Len(t, append(slices.Clip(full), wm...), 16)
 	// The children a one-hour window may touch (a minute of margin for the
 	// test's own duration, ten for the probe's upper bound).
 	rows, err := pool.Query(ctx, q(`SELECT child FROM queen.sidecar_children()
