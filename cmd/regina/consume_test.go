@@ -671,6 +671,66 @@ func TestNewGroupFirstPopRacingAnother(t *testing.T) {
 	require.Contains(t, a.body, `"transactionId":"race-Default-0"`)
 }
 
+// TestGroupCatchUpLocksInPartitionOrder: every pop of a group brings the
+// group's cursor rows up to date (pop_prepare's catch-up); two catch-ups
+// that locked the same rows in different orders deadlocked, and a soak's
+// consumers stalled on the errors. The catch-up locks in partition-id order:
+// while it waits on the first row, it holds none of the others.
+func TestGroupCatchUpLocksInPartitionOrder(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	const parts = 20
+	for i := range parts {
+		pushN(t, b, "order", fmt.Sprintf("p%02d", i), 0, 1)
+	}
+	// The group's first pop makes its cursor rows; new pushes then leave
+	// every row behind its partition's end.
+	b.pop(t, "order", "", url.Values{"consumerGroup": {"g"}})
+	for i := range parts {
+		pushN(t, b, "order", fmt.Sprintf("p%02d", i), 1, 1)
+	}
+	require.EqualValues(t, parts, d.int(t, `SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'`))
+
+	ctx := context.Background()
+	holder, err := d.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	var first string
+	require.NoError(t, holder.QueryRow(ctx, d.q(`SELECT partition_id::text FROM queen.consumers
+		WHERE consumer_group = 'g' ORDER BY partition_id LIMIT 1 FOR UPDATE`)).Scan(&first))
+
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(b.URL + "/api/v1/pop/queue/order?consumerGroup=g")
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if d.int(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND query LIKE '%pop_prepare%' AND pid <> pg_backend_pid()`) == 0 {
+			return errNotYet
+		}
+		return nil
+	})
+	// The catch-up waits on the first row and has locked no other.
+	probe, err := d.pool.Begin(ctx)
+	require.NoError(t, err)
+	var free int
+	err = probe.QueryRow(ctx, d.q(`SELECT count(*) FROM (SELECT 1 FROM queen.consumers
+		WHERE consumer_group = 'g' AND partition_id <> $1::uuid FOR UPDATE NOWAIT) x`), first).Scan(&free)
+	_ = probe.Rollback(ctx)
+	require.NoError(t, err, "a row after the first is locked by the waiting catch-up")
+	require.Equal(t, parts-1, free)
+
+	require.NoError(t, holder.Commit(ctx))
+	require.Equal(t, http.StatusOK, <-done)
+}
+
 // TestSidecarFloorIsASetting: RETENTION_SIDECAR_MIN_SECONDS lowers the
 // floor under which the hash sidecar is never trimmed (900 s by default),
 // and RETENTION_SIDECAR_CHILD_SECONDS sets the time slice retention drops

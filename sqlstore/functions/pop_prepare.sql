@@ -75,6 +75,15 @@ BEGIN
     v_xmin := pg_snapshot_xmin(pg_current_snapshot());
 
     -- Cursor rows the group has: raise known_end to the partition's end.
+    -- Their locks are taken first, in partition-id order: every pop of the
+    -- group runs this catch-up, and an UPDATE locks its rows in the join's
+    -- order, so two catch-ups over the same rows deadlocked (a soak's
+    -- consumers stalled on PostgreSQL's deadlock errors).
+    PERFORM 1 FROM queen.consumers c JOIN queen.partitions p ON c.partition_id = p.id
+     WHERE p.queue_id = pop_prepare.queue_id AND (NOT v_found OR p.push_xid >= v_h)
+       AND c.consumer_group = p_group AND c.known_end < p.next_offset
+     ORDER BY c.partition_id
+       FOR UPDATE OF c;
     UPDATE queen.consumers c
        SET known_end = p.next_offset,
            avail_at = CASE
