@@ -70,6 +70,15 @@ BEGIN
                                 WHERE p.queue_id = pop_prepare.queue_id AND p.push_xid >= v_h) THEN
         RETURN; -- nothing pushed since: no write at all
     END IF;
+    -- One catch-up per (queue, group) at a time: every pop of the group
+    -- would otherwise lock the same cursor rows at once, and they
+    -- deadlocked (hundreds of PostgreSQL deadlock errors in a 10-minute
+    -- soak, its consumers stalled). The one that waited reads the horizon
+    -- its predecessor left, so it has little left to do.
+    PERFORM pg_advisory_xact_lock(hashtextextended('regina.pop_prepare/' || pop_prepare.queue_id::text || '/' || p_group, 0));
+    SELECT g.horizon INTO v_h FROM queen.group_scan g
+     WHERE g.queue_id = pop_prepare.queue_id AND g.consumer_group = p_group;
+    v_found := FOUND;
     -- Every transaction older than this had finished before the statements
     -- below take their snapshots, so they see its effects.
     v_xmin := pg_snapshot_xmin(pg_current_snapshot());
