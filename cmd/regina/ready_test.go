@@ -262,9 +262,23 @@ func TestReadOnlyDatabaseIsNoPrimary(t *testing.T) {
 			}
 			// Read-only from the next session on; the broker's sessions end
 			// (as they do when a primary goes down and comes back a standby).
+			// A session that began before the ALTER stays writable, one the
+			// pool was opening meanwhile too: end every such session until
+			// none is left.
 			setReadOnly(true)
-			_, err = admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", dbName)
-			require.NoError(t, err)
+			var since time.Time
+			require.NoError(t, admin.QueryRow(ctx, "SELECT now()").Scan(&since))
+			checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+				var old int
+				if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+					WHERE datname = $1 AND backend_start <= $2`, dbName, since).Scan(&old); err != nil {
+					return err
+				}
+				if old > 0 {
+					return fmt.Errorf("%d sessions from before the ALTER", old)
+				}
+				return nil
+			})
 			checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
 				status, checks := readyChecks(t, b)
 				if status == http.StatusServiceUnavailable && readOnlyError.MatchString(fmt.Sprint(checks["database"]["error"])) {
