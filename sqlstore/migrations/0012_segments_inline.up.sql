@@ -1,0 +1,12 @@
+-- Regina schema, version 12: segments of up to ~8 KB stay in the heap row.
+--
+-- frames is STORAGE EXTERNAL (migration 0001: never compressed, so a slice
+-- of the id block reads one chunk of an out-of-line value). With the default
+-- toast_tuple_target (~2 KB) a segment of a 10-item push of 200-byte payloads
+-- (~2.3 KB) went out of line: two TOAST chunk rows and two TOAST index
+-- entries per push, on top of the segment row and its primary key (measured:
+-- 4.2 heap inserts and 8.2 btree inserts per segment). Rows up to the largest
+-- target (8160 bytes, one row per page) now stay inline; larger segments
+-- (~30 items of 200 bytes and up) still go out of line, uncompressed, as
+-- before. Rows written before this migration keep their storage.
+ALTER TABLE queen.segments SET (toast_tuple_target = 8160);
