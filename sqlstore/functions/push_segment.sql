@@ -75,6 +75,40 @@ BEGIN
         first_offset := -1; -- INTO set it to NULL when no row matched
     END IF;
 
+    IF p_window_hint > 0 AND p_watermark >= 0 THEN
+        -- Nothing to probe: every log_txns row of the partition starts at or
+        -- below the watermark (next_offset - 1 <= p_watermark), and the
+        -- watermark promises that no hash of the batch occurs at or below it.
+        -- (Not tried with the sentinel: without the cache it would fail on
+        -- every partition that has a segment, a wasted statement per push.) Then no
+        -- item can be a duplicate, and one UPDATE ... RETURNING allocates,
+        -- as with deduplication off: no FOR UPDATE (its Heap/LOCK record and
+        -- executor start), no probe statement. The condition is checked on
+        -- the row version the UPDATE locks (READ COMMITTED re-checks it on a
+        -- row a concurrent writer changed), so a push that allocated in
+        -- between sends this one down the probing path below. The watermark
+        -- is only trusted for the window it was computed for (not a grown
+        -- one), and the stored payload check must agree with the hint.
+        UPDATE queen.partitions p SET next_offset = p.next_offset + n,
+               push_xid = pg_current_xact_id(), last_push_at = push_segment.created_at
+          FROM queen.queues q
+         WHERE p.id = p_partition AND q.id = p.queue_id
+           AND p.next_offset - 1 <= p_watermark
+           AND q.dedup_window_seconds > 0 AND q.dedup_window_seconds <= p_window_hint
+           AND (q.dedup_payload_check <> 'off') = (p_fps IS NOT NULL)
+        RETURNING p.next_offset - n, q.dedup_window_seconds, q.dedup_payload_check
+             INTO first_offset, window_seconds, payload_check;
+        IF FOUND THEN
+            status := 'ok';
+            INSERT INTO queen.segments (partition_id, first_offset, frame_count, created_at, frames)
+                 VALUES (p_partition, first_offset, n, created_at, p_ids || p_bodies);
+            INSERT INTO queen.log_txns (partition_id, first_offset, created_at, hashes, fingerprints)
+                 VALUES (p_partition, first_offset, created_at, p_hashes, p_fps);
+            RETURN;
+        END IF;
+        first_offset := -1; -- INTO set it to NULL when no row matched
+    END IF;
+
     SELECT p.next_offset, q.dedup_window_seconds, q.dedup_payload_check INTO v_next, window_seconds, payload_check
       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
      WHERE p.id = p_partition
