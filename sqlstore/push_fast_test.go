@@ -111,4 +111,3 @@ func hashOf(tx string) []byte {
 	h := partition.HashTxID(tx)
 	return h[:]
 }
-
