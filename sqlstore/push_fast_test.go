@@ -81,19 +81,7 @@ func TestNoProbeRechecksUnderLock(t *testing.T) {
 			Scan(&o.status, &o.first, &o.dupIdx, &o.dupIDs)
 		done <- o
 	}()
-	for {
-		var waiting bool
-		require.NoError(t, pool.QueryRow(ctx,
-			`SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
-		if waiting {
-			break
-		}
-		select {
-		case o := <-done:
-			t.Fatalf("the push finished while the partition row was locked: %+v", o)
-		default:
-		}
-	}
+	awaitLockWait(t, pool, pid, done)
 	require.NoError(t, holder.Commit(ctx))
 	o := <-done
 	require.NoError(t, o.err)

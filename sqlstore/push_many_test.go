@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/partition"
@@ -296,19 +297,7 @@ func TestPushSegmentsLocksInPartitionOrder(t *testing.T) {
 	}()
 	// Wait until the call waits on a row lock (the held one, or the larger
 	// id's if the order were wrong: then the probe below fails).
-	for {
-		var waiting bool
-		require.NoError(t, pool.QueryRow(ctx,
-			`SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
-		if waiting {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("push_segments finished while a partition row was locked: %v", err)
-		default:
-		}
-	}
+	awaitLockWait(t, pool, pid, done)
 	var free []partition.UUID
 	rows, err := pool.Query(ctx, schemaSQL(st, `SELECT id FROM queen.partitions WHERE id = $1 FOR UPDATE SKIP LOCKED`), [16]byte(hi.ID))
 	require.NoError(t, err)
@@ -373,4 +362,23 @@ func TestPushManyNoDeadlock(t *testing.T) {
 	require.NoError(t, sqlstoretest.Pool(t).QueryRow(ctx,
 		`SELECT count(*) FROM `+pgx.Identifier{schema}.Sanitize()+`.segments`).Scan(&n))
 	require.Equal(t, 4*40*len(refs), n)
+}
+
+// awaitLockWait returns once backend pid waits on a lock. The statement it
+// runs reports on done: finishing before it waited fails the test.
+func awaitLockWait[T any](t *testing.T, pool *pgxpool.Pool, pid int, done <-chan T) {
+	t.Helper()
+	for {
+		var waiting bool
+		require.NoError(t, pool.QueryRow(context.Background(),
+			`SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting))
+		if waiting {
+			return
+		}
+		select {
+		case v := <-done:
+			t.Fatalf("the statement finished while a partition row was locked: %+v", v)
+		default:
+		}
+	}
 }
