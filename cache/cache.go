@@ -217,9 +217,11 @@ func (c *Cache) Learn(p [16]byte, windowSeconds int, first int64, hashes [][16]b
 		e.mu.Unlock()
 		return
 	case stateHydrating:
-		cp := make([][16]byte, len(hashes))
-		copy(cp, hashes)
-		e.buf = append(e.buf, bufSeg{first: first, created: created, window: windowSeconds, hashes: cp})
+		cp := make([]uint64, len(hashes))
+		for i := range hashes {
+			cp[i] = hashKey(&hashes[i])
+		}
+		e.buf = append(e.buf, bufSeg{first: first, created: created, window: windowSeconds, keys: cp})
 		e.bufBytes += bufSegOverhead + int64(cap(cp))*hashBytes
 	case stateKnown:
 		e.learn(windowSeconds, first, hashes, created)

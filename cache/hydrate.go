@@ -187,18 +187,19 @@ func (c *Cache) FinishHydrate(t HydrateToken, nextOffset int64, windowSeconds in
 	}
 
 	// Build the partition's structures, still outside the lock.
-	m := make(map[[16]byte]int64, nh)
-	b := &entry{m: m, hs: make([][16]byte, 0, nh), segs: make([]seg, 0, ns)}
+	m := make(map[uint64]int64, nh)
+	b := &entry{m: m, hs: make([]uint64, 0, nh), segs: make([]seg, 0, ns)}
 	for _, i := range order {
 		r := &rows[i]
 		created := r.CreatedAt.UnixNano()
 		if created < cutoff {
 			continue
 		}
-		b.hs = append(b.hs, r.Hashes...)
 		b.segs = append(b.segs, seg{first: r.FirstOffset, created: created, n: int64(len(r.Hashes))})
-		for _, h := range r.Hashes {
-			b.addHash(h, r.FirstOffset)
+		for i := range r.Hashes {
+			k := hashKey(&r.Hashes[i])
+			b.hs = append(b.hs, k)
+			b.addHash(k, r.FirstOffset)
 		}
 	}
 
@@ -221,7 +222,7 @@ func (c *Cache) FinishHydrate(t HydrateToken, nextOffset int64, windowSeconds in
 			break
 		}
 		windowNs = min(windowNs, w)
-		last := s.first + int64(len(s.hashes)) - 1
+		last := s.first + int64(len(s.keys)) - 1
 		if s.first < nextOffset {
 			if last >= nextOffset {
 				reason = ReasonGap // straddles the snapshot: impossible
@@ -254,7 +255,7 @@ func (c *Cache) FinishHydrate(t HydrateToken, nextOffset int64, windowSeconds in
 		e.tomb = ReasonNone
 		e.st.Store(uint32(stateKnown))
 		for _, s := range merge {
-			e.addSeg(s.first, s.created, s.hashes)
+			e.addSegKeys(s.first, s.created, s.keys)
 		}
 		e.trim()
 	}

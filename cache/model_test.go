@@ -286,7 +286,7 @@ func (m *model) checkInternal() {
 					continue
 				}
 				for _, h := range s.hashes {
-					o, ok := e.m[h]
+					o, ok := e.m[hashKey(&h)]
 					require.True(m.t, ok, "known up to %d but hash of segment %d missing", e.k, s.first)
 					require.LessOrEqual(m.t, o, s.first)
 				}

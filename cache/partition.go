@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"encoding/binary"
 	"maps"
 	"math"
 	"sync"
@@ -21,19 +22,31 @@ const marginNs = int64(TrimMargin)
 // noTime marks "no database time seen yet".
 const noTime = math.MinInt64
 
+// hashKey is what the cache holds of a 16-byte hash: its two 8-byte halves
+// XORed. Two different hashes may share a key; the cache then treats them as
+// occurrences of one hash, which only lowers a watermark (below the segment
+// of the other hash) and can only overstate WatermarkFound's count, a
+// prediction the database's probe checks anyway. So the promise "no hash of
+// the batch occurs at or below W" stays exact, at half the memory of the
+// full hash in the map and the time-ordered slice.
+func hashKey(h *[16]byte) uint64 {
+	return binary.LittleEndian.Uint64(h[:8]) ^ binary.LittleEndian.Uint64(h[8:])
+}
+
 // Memory model (see estimate). The numbers were measured on Go 1.26 (swiss
 // tables) with runtime.MemStats and are pinned by TestByteAccounting.
 const (
-	// hashBytes is one element of the time-ordered hash slice.
-	hashBytes = 16
+	// hashBytes is one element of the time-ordered key slice.
+	hashBytes = 8
 	// segBytes is one element of the segment slice (unsafe.Sizeof(seg{})).
 	segBytes = int64(unsafe.Sizeof(seg{}))
-	// mapSlotBytes is one slot of map[[16]byte]int64: 16 B key + 8 B value
-	// + 1 control byte, times 1.065 for the size-class rounding of a
-	// 1024-slot table (25600 B rounded up to 27264 B).
-	mapSlotBytes = 27
-	// multiSlotBytes is one slot of map[[16]byte]int32 (16+4+1, padded).
-	multiSlotBytes = 28
+	// mapSlotBytes is one slot of map[uint64]int64: 8 B key + 8 B value
+	// + 1 control byte, times 1.06 for the size-class rounding of a
+	// 1024-slot table (17408 B rounded up to 18432 B).
+	mapSlotBytes = 18
+	// multiSlotBytes is one slot of map[uint64]int32 (8+4 padded to 16,
+	// +1, rounded).
+	multiSlotBytes = 18
 	// entryOverhead covers the entry struct, its LRU list element, its slot
 	// in the LRU's own map and the header of its hash map (48 B, allocated
 	// even while empty).
@@ -51,7 +64,7 @@ const (
 // factor (at most 7/8, so nextPow2(peak*8/7) slots). A map that also deleted
 // keeps tombstones and settles, under the sliding-window churn the cache
 // produces, at nextPow2(2*peak) slots (measured: 55-110 B per live entry
-// for map[[16]byte]int64). Go maps never shrink; rebuildMap resets peak.
+// for map[uint64]int64). Go maps never shrink; rebuildMap resets peak.
 func mapBytes(peak int, churned bool, slotBytes int64) int64 {
 	if peak <= 0 {
 		return 0
@@ -84,7 +97,7 @@ type bufSeg struct {
 	first   int64
 	created int64
 	window  int
-	hashes  [][16]byte
+	keys    []uint64
 }
 
 type state uint32
@@ -131,16 +144,17 @@ type entry struct {
 	k        int64
 	windowNs int64
 	newest   int64
-	// m maps a hash to the first offset of the lowest segment holding it.
-	m       map[[16]byte]int64
+	// m maps a hash's key (hashKey) to the first offset of the lowest
+	// segment holding it.
+	m       map[uint64]int64
 	peak    int  // most keys m has held since it was made
 	churned bool // m has deleted keys (tombstones)
 	// multi counts, for a hash held in more than one segment, the extra
 	// occurrences (rare: a hash re-pushed after its window closed, or
 	// written while deduplication was off).
-	multi     map[[16]byte]int32
+	multi     map[uint64]int32
 	multiPeak int
-	hs        [][16]byte // hashes in offset order; hs[hHead:] are live
+	hs        []uint64 // hash keys in offset order; hs[hHead:] are live
 	hHead     int
 	segs      []seg // segments in offset order; segs[sHead:] are live
 	sHead     int
@@ -160,8 +174,8 @@ func (e *entry) publish() {
 //	entryOverhead                            struct, LRU element and slot, map header
 //	+ mapBytes(peak, churned, 27)            the hash -> offset map (slots, table header)
 //	+ mapBytes(multiPeak, true, 28)          repeated hashes (usually none)
-//	+ 16*cap(hs) + 24*cap(segs)              the time-ordered slices, at capacity
-//	+ buffered Learns during hydration (16*cap(hashes) + 48 each)
+//	+ 8*cap(hs) + 24*cap(segs)               the time-ordered slices, at capacity
+//	+ buffered Learns during hydration (8*cap(keys) + 48 each)
 func (e *entry) estimate() int64 {
 	b := entryOverhead
 	b += mapBytes(e.peak, e.churned, mapSlotBytes)
@@ -226,23 +240,39 @@ func (e *entry) hydrateAllowed() bool {
 // addSeg appends a segment to a known partition. The caller has checked
 // that it starts at k+1.
 func (e *entry) addSeg(first, created int64, hashes [][16]byte) {
-	e.hs, e.hHead = fifoAppend(e.hs, e.hHead, hashes)
-	one := [1]seg{{first: first, created: created, n: int64(len(hashes))}}
-	e.segs, e.sHead = fifoAppend(e.segs, e.sHead, one[:])
-	for _, h := range hashes {
-		e.addHash(h, first)
+	e.hs, e.hHead = fifoReserve(e.hs, e.hHead, len(hashes))
+	for i := range hashes {
+		k := hashKey(&hashes[i])
+		e.hs = append(e.hs, k)
+		e.addHash(k, first)
 	}
-	e.k = first + int64(len(hashes)) - 1
+	e.endSeg(first, created, int64(len(hashes)))
+}
+
+// addSegKeys is addSeg for keys already computed (a buffered Learn).
+func (e *entry) addSegKeys(first, created int64, keys []uint64) {
+	e.hs, e.hHead = fifoAppend(e.hs, e.hHead, keys)
+	for _, k := range keys {
+		e.addHash(k, first)
+	}
+	e.endSeg(first, created, int64(len(keys)))
+}
+
+// endSeg records the segment whose n keys addSeg appended.
+func (e *entry) endSeg(first, created, n int64) {
+	one := [1]seg{{first: first, created: created, n: n}}
+	e.segs, e.sHead = fifoAppend(e.segs, e.sHead, one[:])
+	e.k = first + n - 1
 	if created > e.newest {
 		e.newest = created
 	}
 	e.seeTime(created)
 }
 
-func (e *entry) addHash(h [16]byte, first int64) {
+func (e *entry) addHash(h uint64, first int64) {
 	if o, ok := e.m[h]; ok {
 		if e.multi == nil {
-			e.multi = make(map[[16]byte]int32)
+			e.multi = make(map[uint64]int32)
 		}
 		e.multi[h]++
 		e.multiPeak = max(e.multiPeak, len(e.multi))
@@ -258,7 +288,7 @@ func (e *entry) addHash(h [16]byte, first int64) {
 // dropHash removes one occurrence of h. When other occurrences remain the
 // map keeps the lower (trimmed) offset: still at or below every remaining
 // occurrence, so the watermark stays below all of them.
-func (e *entry) dropHash(h [16]byte) {
+func (e *entry) dropHash(h uint64) {
 	if c, ok := e.multi[h]; ok {
 		if c <= 1 {
 			delete(e.multi, h)
@@ -298,7 +328,7 @@ func (e *entry) trim() {
 	// Go maps never give memory back: rebuild once three quarters of the
 	// peak is gone (O(live), paid for by the deletions since the last one).
 	if e.peak > 128 && len(e.m)*4 < e.peak {
-		m := make(map[[16]byte]int64, len(e.m))
+		m := make(map[uint64]int64, len(e.m))
 		maps.Copy(m, e.m)
 		e.m, e.peak, e.churned = m, len(m), false
 	}
@@ -309,7 +339,7 @@ func (e *entry) trim() {
 func (e *entry) watermark(hashes [][16]byte) (w int64, found int) {
 	w = e.k
 	for i := range hashes {
-		if o, ok := e.m[hashes[i]]; ok {
+		if o, ok := e.m[hashKey(&hashes[i])]; ok {
 			found++
 			if o <= w {
 				w = o - 1
@@ -322,12 +352,18 @@ func (e *entry) watermark(hashes [][16]byte) (w int64, found int) {
 // fifoAppend appends add to the queue s[head:], sliding the live part to the
 // front instead of growing when at least a quarter of the capacity is dead.
 func fifoAppend[T any](s []T, head int, add []T) ([]T, int) {
-	if len(s)+len(add) > cap(s) {
+	s, head = fifoReserve(s, head, len(add))
+	return append(s, add...), head
+}
+
+// fifoReserve makes room in the queue s[head:] for n more elements (as
+// fifoAppend), so that appending them does not reallocate.
+func fifoReserve[T any](s []T, head, n int) ([]T, int) {
+	if len(s)+n > cap(s) {
 		live := len(s) - head
-		need := live + len(add)
+		need := live + n
 		if head > 0 && need <= cap(s)*3/4 {
-			n := copy(s, s[head:])
-			s = s[:n]
+			s = s[:copy(s, s[head:])]
 		} else {
 			ns := make([]T, live, max(2*need, 4))
 			copy(ns, s[head:])
@@ -335,7 +371,7 @@ func fifoAppend[T any](s []T, head int, add []T) ([]T, int) {
 		}
 		head = 0
 	}
-	return append(s, add...), head
+	return s, head
 }
 
 // fifoShrink reallocates the queue when its live part is under a third of
