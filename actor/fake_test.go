@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // tests SQL runs against PostgreSQL elsewhere.
 type fakeStore struct {
 	// before, when set, runs at the start of EnsurePartition ("ensure"),
-	// Push ("push") and LoadHydration ("load"); tests use it to hold the
+	// Push ("push") and LoadHydrations ("load"); tests use it to hold the
 	// actor (or a cache load) or to panic.
 	before func(op string)
 	// epoch is what Epoch reports; tests move it on to act a failover.
@@ -140,11 +140,11 @@ func (f *fakeStore) PushMany(ctx context.Context, _ reginatype.PushShape, bs []*
 	}
 }
 
-func (f *fakeStore) LoadHydration(context.Context, partition.UUID, int) (reginatype.Hydration, error) {
+func (f *fakeStore) LoadHydrations(_ context.Context, ps []partition.UUID, _ int) ([]reginatype.Hydration, error) {
 	if f.before != nil {
 		f.before("load")
 	}
-	return reginatype.Hydration{}, nil
+	return make([]reginatype.Hydration, len(ps)), nil
 }
 
 // seen returns a copy of the batches the store saw.

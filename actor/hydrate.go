@@ -2,7 +2,6 @@ package actor
 
 import (
 	"context"
-	"errors"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -18,20 +17,27 @@ import (
 // that wrote a segment, and forgets the partition when a push failed (its
 // outcome may be unknown). When the cache cannot vouch for a partition the
 // registry loads it in the background (hydration), at most maxHydrations at a
-// time; pushes never wait for a load, they use the sentinel meanwhile.
+// time; a partition asked for while every slot is taken waits in a bounded
+// queue, and a slot that frees takes the oldest waiting partition (so a cold
+// broker loads every active partition one after the other, without waiting
+// for their next pushes). Pushes never wait for a load, they use the
+// sentinel meanwhile.
 
 const (
 	// defaultMaxHydrations bounds the concurrent background loads.
 	defaultMaxHydrations = 2
 	// defaultCacheBudget is assumed when Config.CacheBudgetBytes is 0.
 	defaultCacheBudget = 512 << 20
-	// minBytesPerHash is a lower bound of what the cache holds per hash (16 B
-	// in the time-ordered slice plus at least one 27 B slot of the hash map,
+	// minBytesPerHash is a lower bound of what the cache holds per hash (8 B
+	// in the time-ordered slice plus at least one 18 B slot of the hash map,
 	// see cache.estimate). A window with more than budget/minBytesPerHash
 	// hashes cannot fit, so the loader stops reading there.
-	minBytesPerHash = 16 + 27
+	minBytesPerHash = 8 + 18
 	// hydrateTimeout bounds one load.
 	hydrateTimeout = 2 * time.Minute
+	// maxQueuedHydrations bounds the partitions waiting for a load slot;
+	// beyond it a partition's next push asks again.
+	maxQueuedHydrations = 4096
 )
 
 // HydrationStats counts the dedup cache's background loads.
@@ -42,14 +48,16 @@ type HydrationStats struct {
 	// deleted or the broker is closing; Truncated the finished ones that
 	// stopped at the row bound because the window could not fit the budget.
 	Started, Finished, Failed, Aborted, Truncated uint64
-	// Busy counts loads not started because maxHydrations were running (the
-	// next push of that partition asks again).
+	// Busy counts loads not started at once because maxHydrations were
+	// running: the partition was queued (it starts when a slot frees), or,
+	// when the queue was full, dropped (its next push asks again).
 	Busy uint64
 	// TooDeep counts loads skipped because the partition's sidecar could not
 	// fit the budget, or the room left in it (estimated before reading).
 	TooDeep uint64
-	// Running is the number of loads in flight.
-	Running int
+	// Running is the number of loads in flight; Queued the partitions
+	// waiting for a slot.
+	Running, Queued int
 }
 
 // hydrator runs the cache's background loads.
@@ -70,15 +78,54 @@ type hydrator struct {
 	// no load is tried for them until the time given.
 	mu        sync.Mutex
 	skipUntil map[partition.UUID]time.Time
+	// queue holds the partitions waiting for a load slot, oldest first;
+	// queued is its set.
+	queue  []partition.UUID
+	queued map[partition.UUID]struct{}
+}
+
+// enqueue adds p to the waiting partitions unless it is there already or the
+// queue is full.
+func (h *hydrator) enqueue(p partition.UUID) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.queued[p]; ok || len(h.queue) >= maxQueuedHydrations {
+		return
+	}
+	if h.queued == nil {
+		h.queued = make(map[partition.UUID]struct{})
+	}
+	h.queued[p] = struct{}{}
+	h.queue = append(h.queue, p)
+}
+
+// dequeue takes the oldest waiting partition.
+func (h *hydrator) dequeue() (partition.UUID, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.queue) == 0 {
+		return partition.UUID{}, false
+	}
+	p := h.queue[0]
+	h.queue[0] = partition.UUID{}
+	h.queue = h.queue[1:]
+	if len(h.queue) == 0 {
+		h.queue = nil // let the backing array go
+	}
+	delete(h.queued, p)
+	return p, true
 }
 
 // tooDeepBackoff is how long a partition too deep for the budget is not
 // loaded again.
 const tooDeepBackoff = time.Minute
 
-// bytesPerHashEstimate is a hash's typical cost in the cache (see
-// cache/doc.go), for deciding before a load whether it could fit.
-const bytesPerHashEstimate = 70
+// bytesPerHashEstimate is a hash's cost in the cache (see cache/doc.go) when
+// its map was just sized for it: 8 B in the time-ordered slice, 18 B per map
+// slot at 8/7 to 16/7 slots per key (power-of-two tables), 2.4 B of the
+// segment of 10 hashes; measured 38-44 B. Used for deciding before a load
+// whether it could fit.
+const bytesPerHashEstimate = 48
 
 // loadBytesPerHash is what a load takes per hash while it runs: the cache's
 // structures plus the rows read (16 B per hash), which live until the load
@@ -121,9 +168,12 @@ func newHydrator(budget int64) *hydrator {
 }
 
 func (h *hydrator) stats() HydrationStats {
+	h.mu.Lock()
+	queued := len(h.queue)
+	h.mu.Unlock()
 	return HydrationStats{Started: h.started.Load(), Finished: h.finished.Load(), Failed: h.failed.Load(),
 		Aborted: h.aborted.Load(), Truncated: h.truncated.Load(), Busy: h.busy.Load(), TooDeep: h.tooDeep.Load(),
-		Running: len(h.sem)}
+		Running: len(h.sem), Queued: queued}
 }
 
 // needsHydration reports whether the cache's reason for a sentinel means the
@@ -138,9 +188,10 @@ func needsHydration(r cache.Reason) bool {
 	}
 }
 
-// maybeHydrate starts loading partition p in the background unless
-// maxHydrations loads are running or the cache refuses. It never blocks. Only
-// actors call it, so after every actor has exited no new load starts.
+// maybeHydrate starts loading partition p in the background, or queues it
+// when maxHydrations loads are running. It never blocks. Only actors call it,
+// so after every actor has exited no new load starts (a load in flight may
+// still take a queued partition until the hydrator is cancelled).
 func (r *Registry) maybeHydrate(p partition.UUID) {
 	h := r.hyd
 	if h.ctx.Err() != nil {
@@ -153,70 +204,174 @@ func (r *Registry) maybeHydrate(p partition.UUID) {
 	case h.sem <- struct{}{}:
 	default:
 		h.busy.Add(1)
+		h.enqueue(p)
 		return
 	}
-	epoch := r.store.Epoch()
-	tok, ok := r.cache.BeginHydrate(p)
-	if !ok {
-		<-h.sem
-		return
-	}
-	h.started.Add(1)
 	h.wg.Add(1)
-	go func() {
-		defer func() {
-			if v := recover(); v != nil {
-				// A bug in a background load must not take the broker down:
-				// drop the attempt (pushes keep the full-window probe).
-				r.cache.AbortHydrate(tok)
-				h.failed.Add(1)
-				r.log.Error().Interface("panic", v).Str("stack", string(debug.Stack())).Msg("dedup cache: hydration panicked")
-			}
-			<-h.sem
-			h.wg.Done()
-		}()
-		r.hydrate(p, tok, epoch)
-	}()
+	go r.runHydrations(p)
 }
 
-// hydrate loads partition p in one snapshot and hands it to the cache. The
-// snapshot is taken after BeginHydrate returned, as the cache requires. A
-// load that was begun or read under another store epoch than the cache's is
-// aborted (it may describe another server than the cache does).
-func (r *Registry) hydrate(p partition.UUID, tok cache.HydrateToken, epoch uint64) {
+// runHydrations holds one load slot: it loads p together with queued
+// partitions (up to maxHydrateBatch in one pass over the sidecar), then
+// further batches of queued partitions, and frees the slot when the queue
+// is empty.
+func (r *Registry) runHydrations(p partition.UUID) {
+	h := r.hyd
+	defer h.wg.Done()
+	batch := []partition.UUID{p}
+	for {
+		for len(batch) < maxHydrateBatch {
+			next, ok := h.dequeue()
+			if !ok {
+				break
+			}
+			batch = append(batch, next)
+		}
+		r.hydrateBatch(batch)
+		if h.ctx.Err() != nil {
+			break
+		}
+		batch = batch[:0]
+		next, ok := h.dequeue()
+		if !ok {
+			break
+		}
+		batch = append(batch, next)
+	}
+	<-h.sem
+	// A partition queued between the last dequeue and the release of the
+	// slot would wait for another push: take it now if the slot is free.
+	if h.ctx.Err() == nil {
+		if next, ok := h.dequeue(); ok {
+			select {
+			case h.sem <- struct{}{}:
+				h.wg.Add(1)
+				go r.runHydrations(next)
+			default:
+				h.enqueue(next) // another slot's loop will take it
+			}
+		}
+	}
+}
+
+// maxHydrateBatch bounds the partitions one load reads together.
+const maxHydrateBatch = 64
+
+// hydrating is one partition of a batch load.
+type hydrating struct {
+	p    partition.UUID
+	tok  cache.HydrateToken
+	need int64 // bytes reserved
+}
+
+// hydrateBatch loads the partitions of ps the cache accepts (BeginHydrate)
+// and whose windows fit the budget, in one snapshot taken after every
+// BeginHydrate returned, and hands each to the cache. A load that was begun
+// or read under another store epoch than the cache's is aborted (it may
+// describe another server than the cache does).
+func (r *Registry) hydrateBatch(ps []partition.UUID) {
 	h := r.hyd
 	ctx, cancel := context.WithTimeout(h.ctx, hydrateTimeout)
 	defer cancel()
 	start := time.Now()
-	// Loading a window that cannot fit would read it all for nothing (and
-	// compete with the pushes): estimate first, with two index lookups.
-	// And never load a partition by evicting others: when the windows of the
-	// active partitions together exceed the budget, loads would evict each
-	// other in turn and PostgreSQL would spend its time reading windows.
-	// Partitions that do not fit go on with the full-window probe.
-	// The room left counts the other loads in flight (two loads that each
-	// fit the room alone must not both start).
-	if depth, err := r.store.SidecarDepth(ctx, p); err == nil {
-		need := depth * loadBytesPerHash
-		held := h.reserved.Add(need)
-		defer h.reserved.Add(-need)
-		if need > h.budget || r.cache.Bytes()+held > h.budget {
-			r.cache.AbortHydrate(tok)
-			h.tooDeep.Add(1)
-			h.skipFor(p, tooDeepBackoff)
-			return
+	epoch := r.store.Epoch()
+	var loads []hydrating
+	defer func() {
+		for _, l := range loads {
+			h.reserved.Add(-l.need)
 		}
+		if v := recover(); v != nil {
+			// A bug in a background load must not take the broker down:
+			// drop the attempt (pushes keep the full-window probe).
+			for _, l := range loads {
+				r.cache.AbortHydrate(l.tok)
+			}
+			h.failed.Add(uint64(len(loads)))
+			r.log.Error().Interface("panic", v).Str("stack", string(debug.Stack())).Msg("dedup cache: hydration panicked")
+		}
+	}()
+	for _, p := range ps {
+		if h.skip(p) {
+			continue
+		}
+		tok, ok := r.cache.BeginHydrate(p)
+		if !ok {
+			continue
+		}
+		h.started.Add(1)
+		// Loading a window that cannot fit would read it all for nothing
+		// (and compete with the pushes): estimate first, with two index
+		// lookups. And never load a partition by evicting others: when the
+		// windows of the active partitions together exceed the budget,
+		// loads would evict each other in turn and PostgreSQL would spend
+		// its time reading windows. Partitions that do not fit go on with
+		// the full-window probe. The room left counts the loads in flight
+		// (two loads that each fit the room alone must not both start).
+		var need int64
+		if depth, err := r.store.SidecarDepth(ctx, p); err == nil {
+			need = depth * loadBytesPerHash
+			held := h.reserved.Add(need)
+			if need > h.budget || r.cache.Bytes()+held > h.budget {
+				h.reserved.Add(-need)
+				r.cache.AbortHydrate(tok)
+				h.tooDeep.Add(1)
+				h.skipFor(p, tooDeepBackoff)
+				continue
+			}
+		}
+		loads = append(loads, hydrating{p: p, tok: tok, need: need})
 	}
-	res, err := r.store.LoadHydration(ctx, p, h.maxHashes)
+	if len(loads) == 0 {
+		return
+	}
+	ids := make([]partition.UUID, len(loads))
+	for i, l := range loads {
+		ids[i] = l.p
+	}
+	res, err := r.store.LoadHydrations(ctx, ids, h.maxHashes)
 	if err != nil {
-		r.cache.AbortHydrate(tok)
-		if h.ctx.Err() != nil || errors.Is(err, reginatype.ErrPartitionMissing) {
-			h.aborted.Add(1)
+		for _, l := range loads {
+			r.cache.AbortHydrate(l.tok)
+		}
+		if h.ctx.Err() != nil {
+			h.aborted.Add(uint64(len(loads)))
 			return
 		}
-		h.failed.Add(1)
-		r.log.Warn().Err(err).Str("partition_id", p.String()).Msg("dedup cache: hydration failed")
+		h.failed.Add(uint64(len(loads)))
+		r.log.Warn().Err(err).Int("partitions", len(loads)).Msg("dedup cache: hydration failed")
 		return
+	}
+	hashes := 0
+	for i, l := range loads {
+		n := r.finishHydration(l, &res[i], epoch)
+		hashes += n
+		// The rows are the cache's now (or garbage): free the reservation
+		// as each partition is installed.
+		res[i].Rows = nil
+		h.reserved.Add(-l.need)
+		loads[i].need = 0
+	}
+	r.log.Debug().Int("partitions", len(loads)).Int("hashes", hashes).Dur("took", time.Since(start)).
+		Msg("dedup cache: hydrated")
+}
+
+// finishHydration hands one partition's load to the cache and returns the
+// hashes it read.
+func (r *Registry) finishHydration(l hydrating, res *reginatype.Hydration, epoch uint64) int {
+	h := r.hyd
+	switch {
+	case res.Missing:
+		r.cache.AbortHydrate(l.tok)
+		h.aborted.Add(1)
+		return 0
+	case res.Truncated:
+		// More hashes than the budget can hold: nothing to install; do not
+		// try again before the backoff.
+		r.cache.AbortHydrate(l.tok)
+		h.finished.Add(1)
+		h.truncated.Add(1)
+		h.skipFor(l.p, tooDeepBackoff)
+		return 0
 	}
 	rows := make([]cache.Segment, len(res.Rows))
 	hashes := 0
@@ -225,20 +380,13 @@ func (r *Registry) hydrate(p partition.UUID, tok cache.HydrateToken, epoch uint6
 			Hashes: res.Rows[i].Hashes}
 		hashes += len(res.Rows[i].Hashes)
 	}
-	// A truncated load is every in-window row below res.NextOffset and more
-	// hashes than the budget can hold: the cache refuses it as too big
-	// (ReasonPressure, with its backoff) rather than installing it.
-	if !r.underEpoch(epoch, func() { r.cache.FinishHydrate(tok, res.NextOffset, res.WindowSeconds, res.Now, rows) }) {
-		r.cache.AbortHydrate(tok)
+	if !r.underEpoch(epoch, func() { r.cache.FinishHydrate(l.tok, res.NextOffset, res.WindowSeconds, res.Now, rows) }) {
+		r.cache.AbortHydrate(l.tok)
 		h.aborted.Add(1)
-		return
+		return hashes
 	}
 	h.finished.Add(1)
-	if res.Truncated {
-		h.truncated.Add(1)
-	}
-	r.log.Debug().Str("partition_id", p.String()).Int("rows", len(rows)).Int("hashes", hashes).
-		Bool("truncated", res.Truncated).Dur("took", time.Since(start)).Msg("dedup cache: hydrated")
+	return hashes
 }
 
 // closeHydrations cancels the loads in flight and waits for them. Call it

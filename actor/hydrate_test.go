@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -36,4 +37,33 @@ func TestConcurrentLoadsReserveTheBudget(t *testing.T) {
 	h := b.reg.Stats().Hydrations
 	require.Equal(t, uint64(2), h.Started)
 	require.Equal(t, 1, h.Running, "only p1's load runs")
+}
+
+// A partition asked for while every load slot is taken waits in the queue
+// and is loaded as soon as a slot frees, without another push (a cold broker
+// loads every active partition, not only those that push again).
+func TestQueuedLoadStartsWhenASlotFrees(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Cache: cache.New(cache.Config{Enabled: true, BudgetBytes: 1 << 20}), CacheBudgetBytes: 1 << 20})
+	g, release := b.holdCalls("load")
+	for i := range defaultMaxHydrations {
+		p := group("q", "p"+strconv.Itoa(i), "a")
+		b.reg.Push(context.Background(), []*reginatype.PushGroup{p})
+		require.NoError(t, p.Err)
+		g.waitArrival(t) // this load holds a slot
+	}
+	last := group("q", "last", "a")
+	b.reg.Push(context.Background(), []*reginatype.PushGroup{last})
+	require.NoError(t, last.Err)
+	h := b.reg.Stats().Hydrations
+	require.Equal(t, uint64(defaultMaxHydrations), h.Started)
+	require.Equal(t, uint64(1), h.Busy)
+	require.Equal(t, 1, h.Queued, "the third partition waits for a slot")
+
+	release()
+	require.Eventually(t, func() bool {
+		h := b.reg.Stats().Hydrations
+		return h.Finished == defaultMaxHydrations+1 && h.Running == 0 && h.Queued == 0
+	}, 30*time.Second, time.Millisecond, "the queued partition was not loaded")
+	require.Equal(t, uint64(defaultMaxHydrations+1), b.reg.Stats().Hydrations.Started)
 }

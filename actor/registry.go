@@ -31,9 +31,9 @@ type Store interface {
 	// SidecarDepth estimates the hashes in a partition's window, so that a
 	// cache load that could not fit the budget is not started.
 	SidecarDepth(ctx context.Context, p partition.UUID) (int64, error)
-	// LoadHydration reads what the dedup cache needs to vouch for a
-	// partition (at most maxHashes hashes).
-	LoadHydration(ctx context.Context, p partition.UUID, maxHashes int) (reginatype.Hydration, error)
+	// LoadHydrations reads, in one snapshot, what the dedup cache needs to
+	// vouch for each of the partitions ps (at most maxHashes hashes each).
+	LoadHydrations(ctx context.Context, ps []partition.UUID, maxHashes int) ([]reginatype.Hydration, error)
 	// Epoch numbers the database servers seen; it moves on when the server
 	// changed (a failover), before anything runs on the new one. What the
 	// cache learned under another epoch is dropped.

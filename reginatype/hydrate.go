@@ -24,8 +24,13 @@ type Hydration struct {
 	// Rows are the log_txns rows of the partition created after
 	// Now - (WindowSeconds + 60 s), in offset order.
 	Rows []HydrateRow
-	// Truncated reports that the window held more than maxHashes hashes:
-	// Rows is a prefix (by offset) that stops at the first row crossing the
-	// bound, and NextOffset was lowered to match.
+	// Truncated reports that the window held more than maxHashes hashes.
+	// LoadHydration: Rows is a prefix (by offset) that stops at the first row
+	// crossing the bound, and NextOffset was lowered to match.
+	// LoadHydrations: Rows is empty (the rows arrive in no order, so no
+	// prefix can be vouched for).
 	Truncated bool
+	// Missing reports (LoadHydrations only) that the partition does not
+	// exist.
+	Missing bool
 }

@@ -1,6 +1,7 @@
 package sqlstore_test
 
 import (
+	"cmp"
 	"context"
 	"regexp"
 	"slices"
@@ -275,4 +276,85 @@ func TestWatermarkProbeCostIsFlat(t *testing.T) {
 	require.LessOrEqual(t, slices.Max(wmLarge), slices.Max(wmSmall)+5,
 		"the watermark probe's cost must not grow with the partition's log_txns")
 	require.LessOrEqual(t, slices.Max(wmLarge), 40, "the watermark probe reads a handful of pages")
+}
+
+// LoadHydrations reads several partitions in one snapshot: the same rows
+// as LoadHydration gives for each (in any order), a missing partition
+// flagged, and a partition over the hash bound truncated without rows.
+func TestLoadHydrations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := sqlstoretest.Open(t)
+	pool := sqlstoretest.Pool(t)
+	configureWindow(t, st, "hyd", 600)
+	configureWindow(t, st, "hyd2", 60)
+	a, err := st.EnsurePartition(ctx, "hyd", "a")
+	require.NoError(t, err)
+	b, err := st.EnsurePartition(ctx, "hyd2", "b")
+	require.NoError(t, err)
+	empty, err := st.EnsurePartition(ctx, "hyd", "empty")
+	require.NoError(t, err)
+	for _, txs := range [][]string{{"a1"}, {"a2", "a3", "a4"}, {"a5", "a6"}} {
+		bt, _ := batchOf(t, a, txs...)
+		_, err := st.Push(ctx, bt)
+		require.NoError(t, err)
+	}
+	for _, txs := range [][]string{{"b1", "b2"}, {"b3"}} {
+		bt, _ := batchOf(t, b, txs...)
+		_, err := st.Push(ctx, bt)
+		require.NoError(t, err)
+	}
+	// a's first row leaves its window plus the margin; b's first row is
+	// past b's window plus margin but inside a's: not b's.
+	_, err = pool.Exec(ctx, schemaSQL(st, `UPDATE queen.log_txns SET created_at = created_at - interval '661 seconds'
+		WHERE first_offset = 0`))
+	require.NoError(t, err)
+
+	missing := partition.NewV7()
+	ps := []partition.UUID{b.ID, missing, a.ID, empty.ID}
+	got, err := st.LoadHydrations(ctx, ps, 0)
+	require.NoError(t, err)
+	require.Len(t, got, len(ps))
+	require.True(t, got[1].Missing)
+	for _, i := range []int{0, 2, 3} {
+		one, err := st.LoadHydration(ctx, ps[i], 0)
+		require.NoError(t, err)
+		g := got[i]
+		require.False(t, g.Missing)
+		require.False(t, g.Truncated)
+		require.Equal(t, one.NextOffset, g.NextOffset)
+		require.Equal(t, one.WindowSeconds, g.WindowSeconds)
+		slices.SortFunc(g.Rows, func(x, y reginatype.HydrateRow) int { return cmp.Compare(x.FirstOffset, y.FirstOffset) })
+		if len(one.Rows) == 0 {
+			require.Empty(t, g.Rows, "partition %d", i)
+			continue
+		}
+		require.Equal(t, one.Rows, g.Rows, "partition %d", i)
+	}
+	require.Len(t, got[2].Rows, 2, "a: the row past window + margin is not read")
+	require.Equal(t, [][16]byte{partition.HashTxID("a2"), partition.HashTxID("a3"), partition.HashTxID("a4")},
+		got[2].Rows[0].Hashes, "hashes in frame order")
+	require.Len(t, got[0].Rows, 1, "b: only its own window counts")
+
+	// A bound of 4 hashes: a (5 in its window) is truncated, without rows;
+	// b (1) is not.
+	got, err = st.LoadHydrations(ctx, ps, 4)
+	require.NoError(t, err)
+	require.True(t, got[2].Truncated)
+	require.Empty(t, got[2].Rows)
+	require.False(t, got[0].Truncated)
+	require.Len(t, got[0].Rows, 1)
+}
+
+func TestDecodeHashArrayRejectsOtherShapes(t *testing.T) {
+	t.Parallel()
+	_, err := sqlstore.DecodeHashArray([]byte{0, 0})
+	require.Error(t, err)
+	// One dimension of one 8-byte element.
+	bad := []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8}
+	_, err = sqlstore.DecodeHashArray(bad)
+	require.Error(t, err)
+	empty, err := sqlstore.DecodeHashArray([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 17})
+	require.NoError(t, err)
+	require.Empty(t, empty)
 }

@@ -55,3 +55,6 @@ func (s *Store) PretendServerWas(id string) {
 	}
 	s.pool.Reset()
 }
+
+// DecodeHashArray exposes decodeHashArray to the tests.
+var DecodeHashArray = decodeHashArray

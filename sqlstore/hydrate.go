@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -89,6 +90,123 @@ func (s *Store) LoadHydration(ctx context.Context, p partition.UUID, maxHashes i
 
 func (s *Store) hydrateSQL() string { return qualify(hydrateSQL, s.schema) }
 
+// hydrateManyHeadSQL and hydrateManyRowsSQL are LoadHydrations' two
+// statements, run in one REPEATABLE READ transaction (one snapshot): the
+// partitions' allocators, windows and now(), then every log_txns row of
+// those partitions created after now() - ($2 + 60 s), $2 being the largest
+// of their windows. The second is one pass over the window's rows for all
+// the partitions (a bitmap of the offsets index, or a sequential scan of the
+// children inside the window): the rows of partitions pushed concurrently
+// interleave in the heap, about one row of a given partition per page, so a
+// per-partition read costs a pass over the whole window's heap each.
+const (
+	hydrateManyHeadSQL = `SELECT p.id, p.next_offset, q.dedup_window_seconds, now()
+	  FROM queen.partitions p
+	  JOIN queen.queues q ON q.id = p.queue_id
+	 WHERE p.id = ANY($1)`
+	hydrateManyRowsSQL = `SELECT l.partition_id, l.first_offset, l.created_at, l.hashes
+	  FROM queen.log_txns l
+	 WHERE l.partition_id = ANY($1)
+	   AND l.created_at > now() - make_interval(secs => $2::integer + 60)`
+)
+
+// LoadHydrations is LoadHydration for several partitions in one snapshot
+// and one pass over the sidecar's window: result i is partition ps[i]'s
+// (Missing when it does not exist). Rows come in no particular order (the
+// cache sorts them). A partition whose window holds more than maxHashes
+// hashes (maxHashes <= 0: no bound) is returned Truncated, without rows, and
+// its rows are no longer kept as they arrive.
+func (s *Store) LoadHydrations(ctx context.Context, ps []partition.UUID, maxHashes int) ([]reginatype.Hydration, error) {
+	out := make([]reginatype.Hydration, len(ps))
+	if len(ps) == 0 {
+		return out, nil
+	}
+	idx := make(map[partition.UUID]int, len(ps))
+	ids := make([][16]byte, len(ps))
+	for i, p := range ps {
+		idx[p] = i
+		ids[i] = [16]byte(p)
+		out[i].Missing = true
+	}
+	hashes := make([]int, len(ps))
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, qualify(hydrateManyHeadSQL, s.schema), ids)
+			if err != nil {
+				return err
+			}
+			window := 0
+			for rows.Next() {
+				var id [16]byte
+				var h reginatype.Hydration
+				if err := rows.Scan(&id, &h.NextOffset, &h.WindowSeconds, &h.Now); err != nil {
+					return err
+				}
+				if i, ok := idx[partition.UUID(id)]; ok {
+					out[i] = h
+					window = max(window, h.WindowSeconds)
+				}
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			rows, err = tx.Query(ctx, qualify(hydrateManyRowsSQL, s.schema), ids, window)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			var (
+				id    [16]byte
+				first int64
+				at    time.Time
+				raw   [][]byte
+			)
+			// The hash arrays are decoded straight from the wire (binary
+			// format) into the row's [16]byte slice: a window holds
+			// millions of hashes, and scanning them into [][]byte first
+			// allocates one slice per hash.
+			rawHashes := rows.FieldDescriptions()[3].Format == pgx.BinaryFormatCode
+			for rows.Next() {
+				hashArg := any(&raw)
+				if rawHashes {
+					hashArg = nil // skipped by Scan, read from RawValues
+				}
+				if err := rows.Scan(&id, &first, &at, hashArg); err != nil {
+					return err
+				}
+				i, ok := idx[partition.UUID(id)]
+				if !ok || out[i].Truncated || out[i].Missing {
+					continue
+				}
+				var hs [][16]byte
+				if rawHashes {
+					if hs, err = decodeHashArray(rows.RawValues()[3]); err != nil {
+						return fmt.Errorf("log_txns row at offset %d: %w", first, err)
+					}
+				} else {
+					hs = make([][16]byte, len(raw))
+					for k, b := range raw {
+						if len(b) != 16 {
+							return fmt.Errorf("log_txns row at offset %d: hash %d is %d bytes, want 16", first, k, len(b))
+						}
+						hs[k] = [16]byte(b)
+					}
+				}
+				h := &out[i]
+				if hashes[i] += len(hs); maxHashes > 0 && hashes[i] > maxHashes {
+					h.Truncated, h.Rows = true, nil
+					continue
+				}
+				h.Rows = append(h.Rows, reginatype.HydrateRow{FirstOffset: first, CreatedAt: at, Hashes: hs})
+			}
+			return rows.Err()
+		})
+	if err != nil {
+		return nil, fmt.Errorf("load hydrations: %w", classify(err))
+	}
+	return out, nil
+}
+
 // SidecarDepth estimates, with two index lookups, how many hashes a hydration
 // of partition p would load: its allocator minus the oldest offset still in
 // queen.log_txns (retention keeps the sidecar about one window deep).
@@ -108,4 +226,33 @@ func (s *Store) sidecarDepthSQL() string {
 	return qualify(`SELECT p.next_offset - coalesce((SELECT l.first_offset FROM queen.log_txns l
 		 WHERE l.partition_id = p.id ORDER BY l.first_offset LIMIT 1), p.next_offset)
 		  FROM queen.partitions p WHERE p.id = $1`, s.schema)
+}
+
+// decodeHashArray decodes a bytea[] in PostgreSQL's binary array format (a
+// one-dimensional array of 16-byte, non-null elements: log_txns.hashes).
+func decodeHashArray(b []byte) ([][16]byte, error) {
+	if len(b) < 12 {
+		return nil, fmt.Errorf("hash array: %d bytes, too short", len(b))
+	}
+	ndim := int32(binary.BigEndian.Uint32(b))
+	if ndim == 0 {
+		return nil, nil
+	}
+	if ndim != 1 || len(b) < 20 {
+		return nil, fmt.Errorf("hash array: %d dimensions, want 1", ndim)
+	}
+	n := int(int32(binary.BigEndian.Uint32(b[12:])))
+	b = b[20:]
+	if n < 0 || len(b) != n*(4+16) {
+		return nil, fmt.Errorf("hash array: %d elements in %d bytes, want 16-byte hashes", n, len(b))
+	}
+	out := make([][16]byte, n)
+	for k := range out {
+		if l := int32(binary.BigEndian.Uint32(b)); l != 16 {
+			return nil, fmt.Errorf("hash array: hash %d is %d bytes, want 16", k, l)
+		}
+		out[k] = [16]byte(b[4:20])
+		b = b[20:]
+	}
+	return out, nil
 }
