@@ -16,7 +16,11 @@
 // Per partition (keyed by the partition's 16-byte id): a map from hash to the
 // first offset of the lowest segment holding it, and a time-ordered queue of
 // the segments (first offset, created_at, hash count) with their hashes, so
-// old entries are trimmed from the front. Partitions are evicted whole, least
+// old entries are trimmed from the front. A hash is held as an 8-byte key
+// (hashKey: its halves XORed); hashes sharing a key are occurrences of one
+// key, which the argument below covers unchanged (a key found lowers W below
+// every segment holding a hash with that key, a superset of the batch
+// hash's own segments), so the watermark stays exact. Partitions are evicted whole, least
 // recently used first, to stay within a byte budget (see estimate in
 // partition.go for the formula). Partitions that were dropped remember why
 // (tombstones), so Watermark can report a Reason for metrics.
@@ -91,8 +95,9 @@
 //     verdict cannot be explained.
 //
 // The loader query is one statement (one snapshot in READ COMMITTED; a
-// REPEATABLE READ transaction works too), without FOR UPDATE; the primary
-// key (partition_id, first_offset) serves it, in offset order:
+// REPEATABLE READ transaction works too, and is what the broker's batched
+// loads use: sqlstore.LoadHydrations), without FOR UPDATE; the index
+// (partition_id, first_offset) serves it, in offset order:
 //
 //	SELECT p.next_offset, q.dedup_window_seconds, now(),
 //	       l.first_offset, l.created_at, l.hashes
