@@ -314,6 +314,13 @@ func (r *Registry) hydrateBatch(ps []partition.UUID) {
 			if need > h.budget || r.cache.Bytes()+held > h.budget {
 				h.reserved.Add(-need)
 				r.cache.AbortHydrate(tok)
+				if need <= h.budget && len(loads) > 0 {
+					// It would fit without this batch's rows (read, not yet
+					// installed): the next batch, once these are in.
+					h.started.Add(^uint64(0))
+					h.enqueue(p)
+					continue
+				}
 				h.tooDeep.Add(1)
 				h.skipFor(p, tooDeepBackoff)
 				continue

@@ -351,6 +351,9 @@ func (e *entry) watermark(hashes [][16]byte) (w int64, found int) {
 
 // fifoAppend appends add to the queue s[head:], sliding the live part to the
 // front instead of growing when at least a quarter of the capacity is dead.
+// It grows a small queue by 2x and a large one by 1.25x: a freshly loaded
+// partition's queue is exactly full, and doubling it at its first append
+// would add half again to the memory of a large window for nothing.
 func fifoAppend[T any](s []T, head int, add []T) ([]T, int) {
 	s, head = fifoReserve(s, head, len(add))
 	return append(s, add...), head
@@ -365,13 +368,21 @@ func fifoReserve[T any](s []T, head, n int) ([]T, int) {
 		if head > 0 && need <= cap(s)*3/4 {
 			s = s[:copy(s, s[head:])]
 		} else {
-			ns := make([]T, live, max(2*need, 4))
+			ns := make([]T, live, fifoGrow(need))
 			copy(ns, s[head:])
 			s = ns
 		}
 		head = 0
 	}
 	return s, head
+}
+
+// fifoGrow is the capacity a queue that must hold need elements grows to.
+func fifoGrow(need int) int {
+	if need < 4096 {
+		return max(2*need, 4)
+	}
+	return need + need/4
 }
 
 // fifoShrink reallocates the queue when its live part is under a third of

@@ -152,9 +152,11 @@
 // created_at gets its children for the generated times from the store first.
 // Then each round (-scale-rounds) runs the pop points, then every push point
 // in turn: a fresh broker (default configuration, cache on) on the point's
-// schema, one message pushed to every partition and answered (so every
-// partition is loaded and its cache hydrated: the "broker start + prime"
-// column), one Regina phase, the broker stopped, one ceiling phase. The
+// schema, one message pushed to every partition and answered, then a wait
+// (at most 5 minutes) until the broker's cache loads those pushes started
+// have ended (so every partition is loaded and its cache hydrated, as far as
+// the budget allows: the "broker start + prime" column; a cold broker's
+// loads are what the restart phase shows), one Regina phase, the broker stopped, one ceiling phase. The
 // curves (medians over rounds) go into RESULTS.md and are drawn into
 // bench/scale-partitions.png and bench/scale-hashes.png (log x axis). The
 // bars are Regina's msgs/s at each hash count over the smallest (>= 0.9 up
