@@ -731,3 +731,30 @@ func TestForgetAll(t *testing.T) {
 	_, r = wm(c, pid(1), 60)
 	require.Equal(t, ReasonNone, r)
 }
+
+// Two different hashes with the same 8-byte key are held as one key: a batch
+// holding either lowers the watermark below every segment holding either, a
+// promise that stays true for the batch hash (it only probes more).
+func TestHashesSharingAKey(t *testing.T) {
+	t.Parallel()
+	c := newCache(1 << 20)
+	p := pid(1)
+	a := hashes(11, 1)[0]
+	var b [16]byte
+	for i := range 8 { // the same value XORed into both halves keeps the key
+		b[i], b[8+i] = a[i]^0x5a, a[8+i]^0x5a
+	}
+	require.NotEqual(t, a, b)
+	require.Equal(t, hashKey(&a), hashKey(&b))
+	hydrate(t, c, p, 30, 3600, at(10),
+		Segment{FirstOffset: 0, CreatedAt: at(0), Hashes: hashes(12, 10)},
+		Segment{FirstOffset: 10, CreatedAt: at(5), Hashes: [][16]byte{a}},
+		Segment{FirstOffset: 11, CreatedAt: at(6), Hashes: hashes(13, 19)})
+	w, found, r := c.WatermarkFound(p, 3600, [][16]byte{b})
+	require.Equal(t, ReasonNone, r)
+	require.Equal(t, int64(9), w, "below the segment holding the other hash of the key")
+	require.Equal(t, 1, found, "a prediction only: the probe decides")
+	c.Learn(p, 3600, 30, [][16]byte{b}, at(20))
+	w, _ = wm(c, p, 3600, a)
+	require.Equal(t, int64(9), w, "the lowest segment holding the key")
+}

@@ -186,9 +186,11 @@ func (c *Cache) FinishHydrate(t HydrateToken, nextOffset int64, windowSeconds in
 		return
 	}
 
-	// Build the partition's structures, still outside the lock.
+	// Build the partition's structures, still outside the lock. The keys
+	// go into the map from the highest segment down, so that a later
+	// (lower) occurrence simply overwrites: one map operation per hash.
 	m := make(map[uint64]int64, nh)
-	b := &entry{m: m, hs: make([]uint64, 0, nh), segs: make([]seg, 0, ns)}
+	b := &entry{m: m, hs: make([]uint64, nh), segs: make([]seg, 0, ns)}
 	for _, i := range order {
 		r := &rows[i]
 		created := r.CreatedAt.UnixNano()
@@ -196,12 +198,21 @@ func (c *Cache) FinishHydrate(t HydrateToken, nextOffset int64, windowSeconds in
 			continue
 		}
 		b.segs = append(b.segs, seg{first: r.FirstOffset, created: created, n: int64(len(r.Hashes))})
+	}
+	pos := nh
+	for j := len(order) - 1; j >= 0; j-- {
+		r := &rows[order[j]]
+		if r.CreatedAt.UnixNano() < cutoff {
+			continue
+		}
+		pos -= len(r.Hashes)
 		for i := range r.Hashes {
 			k := hashKey(&r.Hashes[i])
-			b.hs = append(b.hs, k)
-			b.addHash(k, r.FirstOffset)
+			b.hs[pos+i] = k
+			b.addHashDown(k, r.FirstOffset)
 		}
 	}
+	b.peak = len(m)
 
 	e.mu.Lock()
 	if !t.current() {

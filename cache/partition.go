@@ -285,6 +285,21 @@ func (e *entry) addHash(h uint64, first int64) {
 	e.peak = max(e.peak, len(e.m))
 }
 
+// addHashDown is addHash for a partition being built from its highest
+// segment down: first is at or below every occurrence added so far, so it
+// overwrites. The caller sets peak once done.
+func (e *entry) addHashDown(h uint64, first int64) {
+	n := len(e.m)
+	e.m[h] = first
+	if len(e.m) == n {
+		if e.multi == nil {
+			e.multi = make(map[uint64]int32)
+		}
+		e.multi[h]++
+		e.multiPeak = max(e.multiPeak, len(e.multi))
+	}
+}
+
 // dropHash removes one occurrence of h. When other occurrences remain the
 // map keeps the lower (trimmed) offset: still at or below every remaining
 // occurrence, so the watermark stays below all of them.
