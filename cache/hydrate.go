@@ -200,8 +200,8 @@ func (c *Cache) FinishHydrate(t HydrateToken, nextOffset int64, windowSeconds in
 		b.segs = append(b.segs, seg{first: r.FirstOffset, created: created, n: int64(len(r.Hashes))})
 	}
 	pos := nh
-	for j := len(order) - 1; j >= 0; j-- {
-		r := &rows[order[j]]
+	for _, i := range slices.Backward(order) {
+		r := &rows[i]
 		if r.CreatedAt.UnixNano() < cutoff {
 			continue
 		}

@@ -125,11 +125,7 @@ func TestLoadHydration(t *testing.T) {
 	// Segments of 1, 3 and 2 items; the first is aged past the window plus
 	// the 60 s margin, the second only past the window (still loaded: the
 	// cache trims with its own margin).
-	for _, txs := range [][]string{{"a"}, {"b", "c", "d"}, {"e", "f"}} {
-		b, _ := batchOf(t, ref, txs...)
-		_, err := st.Push(ctx, b)
-		require.NoError(t, err)
-	}
+	pushSegments(t, st, ref, []string{"a"}, []string{"b", "c", "d"}, []string{"e", "f"})
 	_, err = pool.Exec(ctx, schemaSQL(st, `UPDATE queen.log_txns SET created_at = created_at -
 		CASE first_offset WHEN 0 THEN interval '661 seconds' WHEN 1 THEN interval '620 seconds' ELSE interval '0' END`))
 	require.NoError(t, err)
@@ -288,25 +284,17 @@ func TestLoadHydrations(t *testing.T) {
 	pool := sqlstoretest.Pool(t)
 	configureWindow(t, st, "hyd", 600)
 	configureWindow(t, st, "hyd2", 60)
-	a, err := st.EnsurePartition(ctx, "hyd", "a")
-	require.NoError(t, err)
-	b, err := st.EnsurePartition(ctx, "hyd2", "b")
-	require.NoError(t, err)
-	empty, err := st.EnsurePartition(ctx, "hyd", "empty")
-	require.NoError(t, err)
-	for _, txs := range [][]string{{"a1"}, {"a2", "a3", "a4"}, {"a5", "a6"}} {
-		bt, _ := batchOf(t, a, txs...)
-		_, err := st.Push(ctx, bt)
+	ref := func(queue, part string) reginatype.PartitionRef {
+		r, err := st.EnsurePartition(ctx, queue, part)
 		require.NoError(t, err)
+		return r
 	}
-	for _, txs := range [][]string{{"b1", "b2"}, {"b3"}} {
-		bt, _ := batchOf(t, b, txs...)
-		_, err := st.Push(ctx, bt)
-		require.NoError(t, err)
-	}
+	a, b, empty := ref("hyd", "a"), ref("hyd2", "b"), ref("hyd", "empty")
+	pushSegments(t, st, a, []string{"a1"}, []string{"a2", "a3", "a4"}, []string{"a5", "a6"})
+	pushSegments(t, st, b, []string{"b1", "b2"}, []string{"b3"})
 	// a's first row leaves its window plus the margin; b's first row is
 	// past b's window plus margin but inside a's: not b's.
-	_, err = pool.Exec(ctx, schemaSQL(st, `UPDATE queen.log_txns SET created_at = created_at - interval '661 seconds'
+	_, err := pool.Exec(ctx, schemaSQL(st, `UPDATE queen.log_txns SET created_at = created_at - interval '661 seconds'
 		WHERE first_offset = 0`))
 	require.NoError(t, err)
 
@@ -357,4 +345,14 @@ func TestDecodeHashArrayRejectsOtherShapes(t *testing.T) {
 	empty, err := sqlstore.DecodeHashArray([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 17})
 	require.NoError(t, err)
 	require.Empty(t, empty)
+}
+
+// pushSegments pushes one batch per list of transaction ids to ref.
+func pushSegments(t *testing.T, st *sqlstore.Store, ref reginatype.PartitionRef, batches ...[]string) {
+	t.Helper()
+	for _, txs := range batches {
+		b, _ := batchOf(t, ref, txs...)
+		_, err := st.Push(context.Background(), b)
+		require.NoError(t, err)
+	}
 }
