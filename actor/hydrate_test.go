@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,4 +67,49 @@ func TestQueuedLoadStartsWhenASlotFrees(t *testing.T) {
 		return h.Finished == defaultMaxHydrations+1 && h.Running == 0 && h.Queued == 0
 	}, 30*time.Second, time.Millisecond, "the queued partition was not loaded")
 	require.Equal(t, uint64(defaultMaxHydrations+1), b.reg.Stats().Hydrations.Started)
+}
+
+// Two queued partitions that each fit the room left but not together are
+// loaded one batch after the other: the second is not backed off as too
+// deep for a minute.
+func TestBatchDefersAPartitionThatFitsAlone(t *testing.T) {
+	t.Parallel()
+	const budget = 1 << 20
+	b := setup(t, Config{Cache: cache.New(cache.Config{Enabled: true, BudgetBytes: budget}), CacheBudgetBytes: budget})
+	b.store.depth.Store(budget * 4 / 10 / loadBytesPerHash) // 40% of the budget each
+	// The first two loads wait at their own gates; later ones pass.
+	gates := []*gate{newGate(), newGate()}
+	var calls atomic.Int32
+	b.store.before = func(op string) {
+		if op != "load" {
+			return
+		}
+		if n := int(calls.Add(1)); n <= len(gates) {
+			gates[n-1].hold()
+		}
+	}
+	push := func(part string) {
+		g := group("q", part, "a")
+		b.reg.Push(context.Background(), []*reginatype.PushGroup{g})
+		require.NoError(t, g.Err)
+	}
+	push("p0")
+	gates[0].waitArrival(t) // p0's load holds a slot and 40%
+	push("p1")
+	gates[1].waitArrival(t) // p1's load holds the other slot and 40%
+	push("p2")
+	push("p3")
+	require.Equal(t, 2, b.reg.Stats().Hydrations.Queued)
+
+	// p1's slot takes p2 and p3 together: with p0's 40% still held only
+	// one of them fits; the other waits for the next batch.
+	close(gates[1].release)
+	require.Eventually(t, func() bool {
+		h := b.reg.Stats().Hydrations
+		return h.Finished == 3 && h.Running == 1 && h.Queued == 0
+	}, 30*time.Second, time.Millisecond, "p1, p2 and p3 were not all loaded: %+v", b.reg.Stats().Hydrations)
+	h := b.reg.Stats().Hydrations
+	require.Zero(t, h.TooDeep)
+	require.Equal(t, int32(4), calls.Load(), "p2 and p3 in two loads")
+	close(gates[0].release)
 }
