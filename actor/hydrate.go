@@ -82,6 +82,34 @@ type hydrator struct {
 	// queued is its set.
 	queue  []partition.UUID
 	queued map[partition.UUID]struct{}
+	// relCh is closed (and replaced) whenever a load releases its
+	// reservation.
+	relCh chan struct{}
+}
+
+// released returns a channel closed at the next release of a reservation.
+func (h *hydrator) released() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.relCh == nil {
+		h.relCh = make(chan struct{})
+	}
+	return h.relCh
+}
+
+// release gives back a load's reservation and wakes the loads waiting for
+// room.
+func (h *hydrator) release(need int64) {
+	if need == 0 {
+		return
+	}
+	h.reserved.Add(-need)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.relCh != nil {
+		close(h.relCh)
+		h.relCh = nil
+	}
 }
 
 // enqueue adds p to the waiting partitions unless it is there already or the
@@ -278,7 +306,7 @@ func (r *Registry) hydrateBatch(ps []partition.UUID) {
 	var loads []hydrating
 	defer func() {
 		for _, l := range loads {
-			h.reserved.Add(-l.need)
+			h.release(l.need)
 		}
 		if v := recover(); v != nil {
 			// A bug in a background load must not take the broker down:
@@ -310,19 +338,7 @@ func (r *Registry) hydrateBatch(ps []partition.UUID) {
 		var need int64
 		if depth, err := r.store.SidecarDepth(ctx, p); err == nil {
 			need = depth * loadBytesPerHash
-			held := h.reserved.Add(need)
-			if need > h.budget || r.cache.Bytes()+held > h.budget {
-				h.reserved.Add(-need)
-				r.cache.AbortHydrate(tok)
-				if need <= h.budget && len(loads) > 0 {
-					// It would fit without this batch's rows (read, not yet
-					// installed): the next batch, once these are in.
-					h.started.Add(^uint64(0))
-					h.enqueue(p)
-					continue
-				}
-				h.tooDeep.Add(1)
-				h.skipFor(p, tooDeepBackoff)
+			if !r.reserveLoad(ctx, p, tok, need, len(loads) > 0) {
 				continue
 			}
 		}
@@ -355,11 +371,50 @@ func (r *Registry) hydrateBatch(ps []partition.UUID) {
 		// The rows are the cache's now (or garbage): free the reservation
 		// as each partition is installed.
 		res[i].Rows = nil
-		h.reserved.Add(-l.need)
+		h.release(l.need)
 		loads[i].need = 0
 	}
 	r.log.Debug().Int("partitions", len(loads)).Int("hashes", hashes).Dur("took", time.Since(start)).
 		Msg("dedup cache: hydrated")
+}
+
+// reserveLoad reserves the memory a load of p needs (see hydrateBatch). When
+// it does not fit the room left: a partition that would fit once the loads
+// in flight are installed waits for them (the next batch of this slot when
+// this batch has loads of its own; otherwise until another slot's load ends,
+// then it tries again); one that would not is backed off (too deep). It
+// reports whether p joins the batch; if not, its hydration was aborted.
+func (r *Registry) reserveLoad(ctx context.Context, p partition.UUID, tok cache.HydrateToken, need int64, batchHasLoads bool) bool {
+	h := r.hyd
+	for {
+		released := h.released()
+		held := h.reserved.Add(need)
+		if need <= h.budget && r.cache.Bytes()+held <= h.budget {
+			return true
+		}
+		h.reserved.Add(-need)
+		fitsAlone := need <= h.budget && r.cache.Bytes()+need <= h.budget
+		switch {
+		case fitsAlone && batchHasLoads:
+			// This batch's rows are in the way: the next batch, once they
+			// are installed.
+			r.cache.AbortHydrate(tok)
+			h.started.Add(^uint64(0))
+			h.enqueue(p)
+			return false
+		case fitsAlone && held > need:
+			// Another slot's loads are in the way: wait for one to end.
+			select {
+			case <-released:
+				continue
+			case <-ctx.Done():
+			}
+		}
+		r.cache.AbortHydrate(tok)
+		h.tooDeep.Add(1)
+		h.skipFor(p, tooDeepBackoff)
+		return false
+	}
 }
 
 // finishHydration hands one partition's load to the cache and returns the

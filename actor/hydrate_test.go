@@ -15,15 +15,21 @@ import (
 
 // Two partitions whose windows each fit the cache's room alone but not
 // together: the first load reserves its room while it reads, so the second
-// is skipped (too deep) instead of loading beside it and overshooting the
-// budget.
+// does not read beside it and overshoot the budget; it waits for the first
+// to be installed, then tries again (here it fits: the fake store's loads
+// install nothing).
 func TestConcurrentLoadsReserveTheBudget(t *testing.T) {
 	t.Parallel()
 	const budget = 1 << 20
 	b := setup(t, Config{Cache: cache.New(cache.Config{Enabled: true, BudgetBytes: budget}), CacheBudgetBytes: budget})
 	b.store.depth.Store(budget * 6 / 10 / loadBytesPerHash) // 60% of the budget each
-	g, release := b.holdCalls("load")
-	defer release()
+	g := newGate()
+	var calls atomic.Int32
+	b.store.before = func(op string) {
+		if op == "load" && calls.Add(1) == 1 {
+			g.hold()
+		}
+	}
 
 	first := group("q", "p1", "a")
 	b.reg.Push(context.Background(), []*reginatype.PushGroup{first})
@@ -33,11 +39,18 @@ func TestConcurrentLoadsReserveTheBudget(t *testing.T) {
 	second := group("q", "p2", "a")
 	b.reg.Push(context.Background(), []*reginatype.PushGroup{second})
 	require.NoError(t, second.Err)
-	require.Eventually(t, func() bool { return b.reg.Stats().Hydrations.TooDeep == 1 },
-		30*time.Second, time.Millisecond, "p2's load was not skipped")
-	h := b.reg.Stats().Hydrations
-	require.Equal(t, uint64(2), h.Started)
-	require.Equal(t, 1, h.Running, "only p1's load runs")
+	require.Eventually(t, func() bool { return b.reg.Stats().Hydrations.Started == 2 },
+		30*time.Second, time.Millisecond, "p2's load did not begin")
+	require.Equal(t, int32(1), calls.Load(), "p2 must not read beside p1")
+	require.LessOrEqual(t, b.reg.hyd.reserved.Load(), int64(budget))
+
+	close(g.release)
+	require.Eventually(t, func() bool {
+		h := b.reg.Stats().Hydrations
+		return h.Finished == 2 && h.Running == 0
+	}, 30*time.Second, time.Millisecond, "p2 was not loaded after p1: %+v", b.reg.Stats().Hydrations)
+	require.Zero(t, b.reg.Stats().Hydrations.TooDeep)
+	require.Equal(t, int32(2), calls.Load())
 }
 
 // A partition asked for while every load slot is taken waits in the queue
