@@ -20,12 +20,6 @@
 -- before the scan starts (everything older is visible to the scan). A later
 -- push to a partition overwrites push_xid with its own, newer id, so a
 -- partition is never hidden below the horizon while it has unseen work.
--- The index serving "stamped at or above the horizon" is on push_epoch
--- (push_xid >> 8, a generated column, migration 0013) so that most push
--- updates leave every indexed value alone and are HOT: each condition
--- push_xid >= v_h below goes with push_epoch >= v_e (v_e = v_h >> 8), which
--- it implies; the index reads that range and push_xid >= v_h filters it, so
--- the rows are exactly those stamped at or above the horizon.
 -- Cost: one index range scan of the partitions pushed since the last
 -- catch-up (none: one index probe and no write), not of the whole queue. A
 -- transaction left open for long anywhere in the cluster holds the horizon
@@ -47,7 +41,6 @@ CREATE OR REPLACE FUNCTION queen.pop_prepare(p_queue text, p_group text, p_new b
 LANGUAGE plpgsql SET jit = off AS $$
 DECLARE
     v_h     xid8;
-    v_e     bigint; -- v_h >> 8, the push_epoch every row with push_xid >= v_h has at least
     v_found boolean;
     v_xmin  xid8;
     n       integer;
@@ -73,10 +66,8 @@ BEGIN
     SELECT g.horizon INTO v_h FROM queen.group_scan g
      WHERE g.queue_id = pop_prepare.queue_id AND g.consumer_group = p_group;
     v_found := FOUND;
-    v_e := (v_h::text::bigint) >> 8;
     IF v_found AND NOT EXISTS (SELECT 1 FROM queen.partitions p
-                                WHERE p.queue_id = pop_prepare.queue_id AND p.push_epoch >= v_e
-                                  AND p.push_xid >= v_h) THEN
+                                WHERE p.queue_id = pop_prepare.queue_id AND p.push_xid >= v_h) THEN
         RETURN; -- nothing pushed since: no write at all
     END IF;
     -- One catch-up per (queue, group) at a time: every pop of the group
@@ -88,7 +79,6 @@ BEGIN
     SELECT g.horizon INTO v_h FROM queen.group_scan g
      WHERE g.queue_id = pop_prepare.queue_id AND g.consumer_group = p_group;
     v_found := FOUND;
-    v_e := (v_h::text::bigint) >> 8;
     -- Every transaction older than this had finished before the statements
     -- below take their snapshots, so they see its effects.
     v_xmin := pg_snapshot_xmin(pg_current_snapshot());
@@ -99,7 +89,7 @@ BEGIN
     -- order, so two catch-ups over the same rows deadlocked (a soak's
     -- consumers stalled on PostgreSQL's deadlock errors).
     PERFORM 1 FROM queen.consumers c JOIN queen.partitions p ON c.partition_id = p.id
-     WHERE p.queue_id = pop_prepare.queue_id AND (NOT v_found OR (p.push_epoch >= v_e AND p.push_xid >= v_h))
+     WHERE p.queue_id = pop_prepare.queue_id AND (NOT v_found OR p.push_xid >= v_h)
        AND c.consumer_group = p_group AND c.known_end < p.next_offset
      ORDER BY c.partition_id
        FOR UPDATE OF c;
@@ -112,7 +102,7 @@ BEGIN
                                WHERE s.partition_id = c.partition_id AND s.first_offset >= c.cursor_offset
                                ORDER BY s.first_offset LIMIT 1), now()) END
       FROM queen.partitions p
-     WHERE p.queue_id = pop_prepare.queue_id AND (NOT v_found OR (p.push_epoch >= v_e AND p.push_xid >= v_h))
+     WHERE p.queue_id = pop_prepare.queue_id AND (NOT v_found OR p.push_xid >= v_h)
        AND c.partition_id = p.id AND c.consumer_group = p_group AND c.known_end < p.next_offset;
     GET DIAGNOSTICS n = ROW_COUNT;
     caught := caught + n;
@@ -131,7 +121,7 @@ BEGIN
             ELSE coalesce((SELECT s.first_offset FROM queen.segments s WHERE s.partition_id = p.id
                              AND s.created_at > sub_from ORDER BY s.first_offset LIMIT 1), p.next_offset)
             END AS cur) st
-     WHERE p.queue_id = pop_prepare.queue_id AND (NOT v_found OR (p.push_epoch >= v_e AND p.push_xid >= v_h))
+     WHERE p.queue_id = pop_prepare.queue_id AND (NOT v_found OR p.push_xid >= v_h)
        AND p.next_offset > 0 AND (sub_from IS NULL OR p.last_push_at > sub_from)
        AND NOT EXISTS (SELECT 1 FROM queen.consumers c WHERE c.partition_id = p.id AND c.consumer_group = p_group)
      ORDER BY p.id
