@@ -458,6 +458,9 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 		a.batch.Watermark, known = a.watermark()
 		a.batch.ExpectDuplicates = a.ref.WindowSeconds > 0 && (known || a.allDup) &&
 			!a.reg.cfg.NoUnlockedDuplicates
+		if !a.batch.ExpectDuplicates {
+			a.batch.Originals = a.batch.Originals[:0]
+		}
 		start := time.Now()
 		res, err := a.reg.storePush(ctx, a, &a.batch)
 		a.reg.cfg.Metrics.ObservePushTransaction(time.Since(start))
@@ -466,6 +469,9 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 			a.allDup = res.FirstOffset < 0
 			if res.Unlocked {
 				a.reg.unlockedDups.Add(1)
+				if len(a.batch.Originals) == len(a.batch.Hashes) {
+					a.reg.unlockedByOriginals.Add(1)
+				}
 			} else if a.batch.ExpectDuplicates {
 				a.reg.fastPathMisses.Add(1)
 			}
@@ -565,15 +571,18 @@ func (a *actor) buildBatch(reqs []*request) {
 // watermark asks the cache for the batch's probe watermark (window > 0 only)
 // and starts a hydration when the cache cannot vouch for the partition. known
 // reports that the cache holds every hash of the batch (a prediction that the
-// batch is all duplicates, not a proof).
+// batch is all duplicates, not a proof); the batch's Originals then name
+// the segments the cache holds them in.
 func (a *actor) watermark() (w int64, known bool) {
 	if a.ref.WindowSeconds <= 0 {
 		return reginatype.NoWatermark, false
 	}
-	w, found, reason := a.reg.cache.WatermarkFound(a.ref.ID, a.ref.WindowSeconds, a.scratch.hashes)
+	w, found, origs, reason := a.reg.cache.WatermarkOriginals(a.ref.ID, a.ref.WindowSeconds, a.scratch.hashes,
+		a.batch.Originals)
 	if needsHydration(reason) {
 		a.reg.maybeHydrate(a.ref.ID)
 	}
+	a.batch.Originals = origs
 	return w, found > 0 && found == len(a.scratch.hashes)
 }
 

@@ -169,10 +169,15 @@ type Stats struct {
 	MailboxFull  uint64
 	PushFailures uint64
 	// UnlockedDups counts the batches answered all-duplicate by the
-	// read-only fast path (no row lock, no transaction id); FastPathMisses
-	// the batches that tried it and went on to the locked transaction.
-	UnlockedDups   uint64
-	FastPathMisses uint64
+	// read-only fast path (no row lock, no transaction id), of which
+	// UnlockedByOriginals were proven by reading the segments the dedup
+	// cache named (queen.push_dups_packed, packed with other partitions'
+	// batches) and the others by a window probe of their own
+	// (queen.push_dups); FastPathMisses counts the batches that tried it
+	// and went on to the locked transaction.
+	UnlockedDups        uint64
+	UnlockedByOriginals uint64
+	FastPathMisses      uint64
 	// Withdrawn counts the push groups taken out of a mailbox because their
 	// caller stopped waiting (a client that disconnected) before their batch
 	// started: nothing of them was written. Abandoned counts those whose
@@ -213,7 +218,7 @@ type Registry struct {
 	mismatchLog zerolog.Logger
 
 	batches, queued, duplicates, mailboxFull, pushFailures atomic.Uint64
-	unlockedDups, fastPathMisses                           atomic.Uint64
+	unlockedDups, unlockedByOriginals, fastPathMisses      atomic.Uint64
 	withdrawn, abandoned                                   atomic.Uint64
 
 	// epochMu orders the cache's reset on a new store epoch (write lock)
@@ -329,11 +334,13 @@ func (r *Registry) packedBatches() uint64 {
 }
 
 // storePush runs b's push transaction: through the packer, with the ready
-// batches of other partitions, unless the shape is ShapeSingle or b first
-// tries the read-only duplicate path (which writes nothing, so it has no
-// commit to share).
+// batches of other partitions, unless the shape is ShapeSingle or b tries
+// the read-only duplicate path without the cache naming its originals
+// (push_dups, a window probe of its own). A batch whose originals the cache
+// names goes through the packer too: its read-only proof travels with the
+// other partitions' (queen.push_dups_packed).
 func (r *Registry) storePush(ctx context.Context, a *actor, b *reginatype.PushBatch) (reginatype.PushResult, error) {
-	if r.pack == nil || b.ExpectDuplicates {
+	if r.pack == nil || (b.ExpectDuplicates && len(b.Originals) != len(b.Hashes)) {
 		return r.store.Push(ctx, b)
 	}
 	if a.packed.done == nil {
@@ -396,8 +403,9 @@ func (r *Registry) Stats() Stats {
 	return Stats{
 		Actors: n, MailboxDepth: depth, Batches: r.batches.Load(), Queued: r.queued.Load(),
 		Duplicates: r.duplicates.Load(), MailboxFull: r.mailboxFull.Load(), PushFailures: r.pushFailures.Load(),
-		UnlockedDups: r.unlockedDups.Load(), FastPathMisses: r.fastPathMisses.Load(),
-		Withdrawn: r.withdrawn.Load(), Abandoned: r.abandoned.Load(),
+		UnlockedDups: r.unlockedDups.Load(), UnlockedByOriginals: r.unlockedByOriginals.Load(),
+		FastPathMisses: r.fastPathMisses.Load(),
+		Withdrawn:      r.withdrawn.Load(), Abandoned: r.abandoned.Load(),
 		PackedTransactions: r.packedTransactions(), PackedBatches: r.packedBatches(),
 		DedupCache: r.cache.Stats(), Hydrations: r.hyd.stats(),
 	}
@@ -419,6 +427,9 @@ func (r *Registry) Snapshot() metrics.Snapshot {
 		Actors: st.Actors, MailboxDepth: st.MailboxDepth, MailboxFull: st.MailboxFull, PushFailures: st.PushFailures,
 		Batches: st.Batches, Queued: st.Queued, Duplicates: st.Duplicates,
 		Withdrawn: st.Withdrawn, Abandoned: st.Abandoned,
+		Packed: metrics.PackedSnapshot{RoundTrips: st.PackedTransactions, Batches: st.PackedBatches},
+		ReadOnly: metrics.ReadOnlySnapshot{ByOriginals: st.UnlockedByOriginals,
+			ByWindowProbe: st.UnlockedDups - st.UnlockedByOriginals, Misses: st.FastPathMisses},
 		Cache: metrics.CacheSnapshot{
 			Hits: c.Hits, Found: c.Found, Sentinels: c.Sentinels, SentinelsByReason: c.SentinelsByReason,
 			Bytes: c.Bytes, Budget: budget, Hashes: c.Hashes,

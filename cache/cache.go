@@ -109,12 +109,26 @@ func (c *Cache) Watermark(p [16]byte, windowSeconds int, hashes [][16]byte) (int
 // hash whose segment has left the window or was purged, so only the
 // database's probe is proof.
 func (c *Cache) WatermarkFound(p [16]byte, windowSeconds int, hashes [][16]byte) (int64, int, Reason) {
+	w, found, _, r := c.WatermarkOriginals(p, windowSeconds, hashes, nil)
+	return w, found, r
+}
+
+// WatermarkOriginals is WatermarkFound that also names, when the cache holds
+// every hash of the batch, the segment each one's original is in: origs
+// (dst's storage reused) then holds, for hashes[i], the first offset of the
+// lowest segment the cache holds it in; otherwise origs is nil. By the
+// cache's invariant (every hash of every segment up to K that may be inside
+// the window is held), no occurrence of hashes[i] inside the window lies
+// below origs[i]: the same promise as the watermark, made per hash. Like
+// the watermark it is a promise, not a proof (the segment may have left the
+// window, or the database may have purged it); the database proves.
+func (c *Cache) WatermarkOriginals(p [16]byte, windowSeconds int, hashes [][16]byte, dst []int64) (int64, int, []int64, Reason) {
 	if !c.enabled {
-		return c.sentinel3(ReasonDisabled)
+		return c.sentinel4(ReasonDisabled)
 	}
 	if windowSeconds <= 0 {
 		// Deduplication is off: there is no probe to shorten.
-		return c.sentinel3(ReasonWindow)
+		return c.sentinel4(ReasonWindow)
 	}
 	c.mu.Lock()
 	e, ok := c.lru.Get(p)
@@ -124,23 +138,23 @@ func (c *Cache) WatermarkFound(p [16]byte, windowSeconds int, hashes [][16]byte)
 			r = ReasonPressure
 		}
 		c.mu.Unlock()
-		return c.sentinel3(r)
+		return c.sentinel4(r)
 	}
 	c.mu.Unlock()
 
 	e.mu.Lock()
 	if e.dead.Load() {
 		e.mu.Unlock()
-		return c.sentinel3(ReasonUnknown)
+		return c.sentinel4(ReasonUnknown)
 	}
 	switch e.state() {
 	case stateHydrating:
 		e.mu.Unlock()
-		return c.sentinel3(ReasonHydrating)
+		return c.sentinel4(ReasonHydrating)
 	case stateTomb:
 		r := e.tomb
 		e.mu.Unlock()
-		return c.sentinel3(r)
+		return c.sentinel4(r)
 	default: // known: answered below
 	}
 	if int64(windowSeconds)*int64(time.Second) > e.windowNs {
@@ -150,25 +164,32 @@ func (c *Cache) WatermarkFound(p [16]byte, windowSeconds int, hashes [][16]byte)
 		e.publish()
 		e.mu.Unlock()
 		c.sync(e)
-		return c.sentinel3(ReasonWindow)
+		return c.sentinel4(ReasonWindow)
 	}
 	w, found := e.watermark(hashes)
+	var origs []int64
+	if found == len(hashes) && found > 0 {
+		origs = dst[:0]
+		for i := range hashes {
+			origs = append(origs, e.m[hashes[i]])
+		}
+	}
 	k := e.k
 	e.mu.Unlock()
 	if k-w > c.maxSpan {
 		w, _ = c.sentinel(ReasonSpan)
-		return w, found, ReasonSpan
+		return w, found, origs, ReasonSpan
 	}
 	c.hits.Add(1)
 	if found > 0 {
 		c.found.Add(uint64(found))
 	}
-	return w, found, ReasonNone
+	return w, found, origs, ReasonNone
 }
 
-func (c *Cache) sentinel3(r Reason) (int64, int, Reason) {
+func (c *Cache) sentinel4(r Reason) (int64, int, []int64, Reason) {
 	w, r := c.sentinel(r)
-	return w, 0, r
+	return w, 0, nil, r
 }
 
 func (c *Cache) sentinel(r Reason) (int64, Reason) {

@@ -311,8 +311,25 @@ type Snapshot struct {
 	// Withdrawn and Abandoned count the push groups whose caller stopped
 	// waiting: before their batch started (nothing written) and after.
 	Withdrawn, Abandoned uint64
+	Packed               PackedSnapshot
+	ReadOnly             ReadOnlySnapshot
 	Pool                 PoolSnapshot
 	Cache                CacheSnapshot
+}
+
+// PackedSnapshot is the push packer: its round trips to PostgreSQL and the
+// partition batches they carried (Batches / RoundTrips is the packing).
+type PackedSnapshot struct {
+	RoundTrips, Batches uint64
+}
+
+// ReadOnlySnapshot is the read-only duplicate path: the batches it answered
+// all-duplicate without the row lock, by how they were proven (ByOriginals:
+// reading the segments the dedup cache named, packed with other partitions'
+// batches; ByWindowProbe: a window probe of their own), and the batches that
+// tried it and took the locked transaction after all (Misses).
+type ReadOnlySnapshot struct {
+	ByOriginals, ByWindowProbe, Misses uint64
 }
 
 // PoolSnapshot is the PostgreSQL connection pool.
@@ -367,6 +384,16 @@ var (
 		"Push groups dropped from a mailbox because their client disconnected before their batch started (nothing written).")
 	descAbandoned = desc("regina_push_abandoned_total",
 		"Push groups whose client disconnected after their batch started (the verdict stands; it was not delivered).")
+	descPackTrips = desc("regina_push_packed_round_trips_total",
+		"Round trips of the push packer (PUSH_SHAPE packed or pipelined): each carries the ready batches of one or more partitions.")
+	descPackBatches = desc("regina_push_packed_batches_total",
+		"Partition batches the push packer carried (divided by regina_push_packed_round_trips_total: batches per round trip).")
+	descReadOnly = desc("regina_push_readonly_batches_total",
+		"Push batches answered all-duplicate by the read-only path (no row lock, no transaction id, no WAL), by proof "+
+			"(originals: the segments the dedup cache named, read with other partitions' batches in one statement; "+
+			"window_probe: a window probe of the batch's own).", "proof")
+	descReadOnlyMiss = desc("regina_push_readonly_misses_total",
+		"Push batches expected to be all duplicates that the read-only path did not prove (they took the locked transaction).")
 	descPoolConns = desc("regina_db_pool_connections", "PostgreSQL pool connections by state.", "state")
 	descPoolMax   = desc("regina_db_pool_max_connections", "PostgreSQL pool size (DB_POOL_SIZE).")
 	descPoolWaits = desc("regina_db_pool_empty_acquires_total", "Pool acquires that found no idle connection and had to wait.")
@@ -388,7 +415,8 @@ var (
 type snapshotCollector struct{ m *Metrics }
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descActors, descMailbox, descMailboxFull, descPushFailures, descWithdrawn, descAbandoned, descPoolConns,
+	for _, d := range []*prometheus.Desc{descActors, descMailbox, descMailboxFull, descPushFailures, descWithdrawn, descAbandoned,
+		descPackTrips, descPackBatches, descReadOnly, descReadOnlyMiss, descPoolConns,
 		descPoolMax, descPoolWaits, descProbes, descFound, descCacheBytes, descBudget, descHashes, descCacheParts,
 		descEvictions, descHydrations, descHydRunning} {
 		ch <- d
@@ -413,6 +441,11 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPushFailures, float64(s.PushFailures))
 	counter(descWithdrawn, float64(s.Withdrawn))
 	counter(descAbandoned, float64(s.Abandoned))
+	counter(descPackTrips, float64(s.Packed.RoundTrips))
+	counter(descPackBatches, float64(s.Packed.Batches))
+	counter(descReadOnly, float64(s.ReadOnly.ByOriginals), "originals")
+	counter(descReadOnly, float64(s.ReadOnly.ByWindowProbe), "window_probe")
+	counter(descReadOnlyMiss, float64(s.ReadOnly.Misses))
 
 	p := &s.Pool
 	gauge(descPoolConns, float64(p.Idle), "idle")

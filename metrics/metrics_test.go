@@ -54,6 +54,8 @@ func TestSnapshotFamiliesNeedASource(t *testing.T) {
 
 	m.SetSource(func() Snapshot {
 		return Snapshot{Actors: 3, MailboxDepth: 7, Pool: PoolSnapshot{Total: 4, Idle: 1, Acquired: 2, Max: 16},
+			Packed:   PackedSnapshot{RoundTrips: 4, Batches: 9},
+			ReadOnly: ReadOnlySnapshot{ByOriginals: 6, ByWindowProbe: 2, Misses: 1},
 			Cache: CacheSnapshot{Hits: 5, SentinelsByReason: map[string]uint64{"unknown": 2, "gap": 1},
 				Hydrations: map[string]uint64{"started": 1}}}
 	})
@@ -67,6 +69,10 @@ func TestSnapshotFamiliesNeedASource(t *testing.T) {
 		`regina_dedup_probes_total{cause="unknown",path="full_window"} 2`,
 		`regina_retention_deleted_rows_total{table="log_txns"} 10`,
 		`regina_retention_passes_total{result="error"} 1`,
+		"regina_push_packed_round_trips_total 4", "regina_push_packed_batches_total 9",
+		`regina_push_readonly_batches_total{proof="originals"} 6`,
+		`regina_push_readonly_batches_total{proof="window_probe"} 2`,
+		"regina_push_readonly_misses_total 1",
 	} {
 		require.Contains(t, out, line+"\n", "missing %q", line)
 	}

@@ -63,6 +63,14 @@ type PushBatch struct {
 	// falls back to the locked push transaction unless every item is found.
 	// Only meaningful with a non-zero WindowHint.
 	ExpectDuplicates bool
+	// Originals, when as long as Hashes (only with ExpectDuplicates), are
+	// the dedup cache's offsets of the segments holding each hash's
+	// original, computed under Epoch (cache.WatermarkOriginals): the store
+	// then proves the verdicts by reading those rows (queen.push_dups_packed,
+	// with other partitions' batches) instead of probing the window. A
+	// promise like Watermark, not a proof: what the rows do not confirm
+	// takes the locked path. Empty otherwise.
+	Originals []int64
 }
 
 // Reset empties the batch, keeping its buffers.
@@ -72,6 +80,7 @@ func (b *PushBatch) Reset() {
 	b.Bodies = b.Bodies[:0]
 	b.Ends = b.Ends[:0]
 	b.Fingerprints = nil
+	b.Originals = b.Originals[:0]
 }
 
 // Add appends one item (a leader) to the batch.

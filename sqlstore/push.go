@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
@@ -73,7 +74,17 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 	if res.Epoch != b.Epoch {
 		watermark = reginatype.NoWatermark
 	}
-	if b.ExpectDuplicates && b.WindowHint > 0 {
+	if provable(b, res.Epoch) {
+		var proven [1]bool
+		one := [1]*reginatype.PushBatch{b}
+		var r [1]reginatype.PushResult
+		if err := s.proveDuplicates(ctx, conn, res.Epoch, one[:], r[:], proven[:]); err != nil {
+			return res, classify(err)
+		}
+		if proven[0] {
+			return r[0], nil
+		}
+	} else if b.ExpectDuplicates && b.WindowHint > 0 {
 		status, err := scanPush(conn.QueryRow(ctx, s.sql.pushDups, uuidArg(b.Partition), b.WindowHint, watermark,
 			b.Hashes, b.Fingerprints), &res)
 		if err != nil {
@@ -106,6 +117,95 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 		return res, fmt.Errorf("push_segment: unexpected status %q", status)
 	}
 	return res, nil
+}
+
+// provable reports whether b may take the packed read-only duplicate path
+// on a connection of epoch: it expects duplicates, its window is on, and the
+// cache named every hash's original segment under that same epoch (what the
+// cache learned from another server promises nothing here).
+func provable(b *reginatype.PushBatch, epoch uint64) bool {
+	return b.ExpectDuplicates && b.WindowHint > 0 && len(b.Hashes) > 0 &&
+		len(b.Originals) == len(b.Hashes) && b.Epoch == epoch
+}
+
+// proveDuplicates runs queen.push_dups_packed once for every batch of bs that
+// is provable (the others are left alone) and, for each one the snapshot
+// proves all duplicate, sets proven[i] and res[i] (Unlocked, with the
+// originals' ids, times and fingerprints, as push_segment would answer).
+// Nothing is written, so on an error nothing is proven and the caller may
+// take the locked path (or report the error).
+func (s *Store) proveDuplicates(ctx context.Context, conn *pgxpool.Conn, epoch uint64, bs []*reginatype.PushBatch,
+	res []reginatype.PushResult, proven []bool) error {
+	var (
+		parts   [][16]byte
+		hints   []int32
+		hasFps  []bool
+		counts  []int32
+		batch   []int32
+		hashes  [][]byte
+		origs   []int64
+		segK    []int32
+		segOffs []int64
+		which   []int // which[k-1] is the index in bs of the statement's batch k
+	)
+	for i, b := range bs {
+		if !provable(b, epoch) {
+			continue
+		}
+		which = append(which, i)
+		k := int32(len(which))
+		parts = append(parts, b.Partition)
+		hints = append(hints, int32(b.WindowHint))
+		hasFps = append(hasFps, b.Fingerprints != nil)
+		counts = append(counts, int32(len(b.Hashes)))
+		for j, o := range b.Originals {
+			batch = append(batch, k)
+			// A retry usually repeats one earlier push: runs of items
+			// name one segment (SQL drops the repeats that remain).
+			if j == 0 || o != b.Originals[j-1] {
+				segK = append(segK, k)
+				segOffs = append(segOffs, o)
+			}
+		}
+		hashes = append(hashes, b.Hashes...)
+		origs = append(origs, b.Originals...)
+	}
+	if len(which) == 0 {
+		return nil
+	}
+	rows, err := conn.Query(ctx, s.sql.pushDupsPacked, parts, hints, hasFps, counts, batch, hashes, origs, segK, segOffs)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var (
+		got    []reginatype.PushResult
+		gotIdx []int
+	)
+	for rows.Next() {
+		var k int32
+		var r reginatype.PushResult
+		status, err := scanPush(prefixRow{rows: rows, prefix: &k}, &r)
+		if err != nil {
+			return err
+		}
+		if k < 1 || int(k) > len(which) {
+			return fmt.Errorf("push_dups_packed: batch %d of %d", k, len(which))
+		}
+		i := which[k-1]
+		if status == "ok" && len(r.DupIndex) == len(bs[i].Hashes) {
+			r.Epoch, r.Unlocked = epoch, true
+			got = append(got, r)
+			gotIdx = append(gotIdx, i)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for n, i := range gotIdx {
+		res[i], proven[i] = got[n], true
+	}
+	return nil
 }
 
 // scanPush reads one row of push_segment's (or push_dups') result into res

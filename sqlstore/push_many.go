@@ -15,10 +15,16 @@ import (
 
 // PushMany runs the push transactions of several batches (of distinct
 // partitions) in one round trip, with the given shape (ShapeSingle is taken
-// as ShapeOneTransaction), and sets res[i] and
-// errs[i] for batch i as Push would (the read-only duplicate fast path
-// aside: PushMany always takes the locked path). res and errs must be as long
-// as bs.
+// as ShapeOneTransaction), and sets res[i] and errs[i] for batch i as Push
+// would. res and errs must be as long as bs.
+//
+// The batches the dedup cache expects to be all duplicates, naming their
+// originals' segments (see reginatype.PushBatch.Originals), first go
+// together through one read-only statement (queen.push_dups_packed); those
+// it proves are answered from its snapshot (res[i].Unlocked), without a row
+// lock, a transaction id or WAL. The other batches, and those it did not
+// prove, take the locked path (a batch expecting duplicates without
+// Originals too: PushMany never runs push_dups).
 //
 // One batch's trouble never fails another's: a partition that is missing or
 // whose window changed gets its own ErrPartitionMissing or ErrWindowChanged
@@ -41,20 +47,63 @@ func (s *Store) PushMany(ctx context.Context, shape reginatype.PushShape, bs []*
 		return
 	}
 	epoch := s.Epoch()
+	proven := make([]bool, len(bs))
+	if err := s.proveDuplicates(ctx, conn, epoch, bs, res, proven); err != nil {
+		if !statementError(err) {
+			conn.Release()
+			fill(errs, classify(err))
+			return
+		}
+		clear(proven) // it wrote nothing: every batch takes the locked path
+	}
+	locked, at := bs, []int(nil)
+	if n := countTrue(proven); n > 0 {
+		locked = make([]*reginatype.PushBatch, 0, len(bs)-n)
+		for i, b := range bs {
+			if !proven[i] {
+				locked = append(locked, b)
+				at = append(at, i)
+			}
+		}
+	}
+	if len(locked) == 0 {
+		conn.Release()
+		return
+	}
+	lres, lerrs := res, errs
+	if at != nil {
+		lres, lerrs = make([]reginatype.PushResult, len(locked)), make([]error, len(locked))
+	}
+	s.pushLocked(ctx, conn, epoch, shape, locked, lres, lerrs)
+	for j, i := range at {
+		res[i], errs[i] = lres[j], lerrs[j]
+	}
+}
+
+// statementError reports whether err is a statement's PostgreSQL error that
+// leaves the connection usable (nothing of the statement committed).
+func statementError(err error) bool {
+	pe, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pe.Severity != "FATAL" && pe.Severity != "PANIC"
+}
+
+// pushLocked is PushMany's locked path for bs on conn, which it releases.
+func (s *Store) pushLocked(ctx context.Context, conn *pgxpool.Conn, epoch uint64, shape reginatype.PushShape,
+	bs []*reginatype.PushBatch, res []reginatype.PushResult, errs []error) {
 	if shape == reginatype.ShapePipelined {
-		err = s.pushPipelined(ctx, conn, epoch, bs, res, errs)
+		err := s.pushPipelined(ctx, conn, epoch, bs, res, errs)
 		conn.Release()
 		if err != nil {
 			fill(errs, classify(err))
 		}
 		return
 	}
-	err = s.pushOneTransaction(ctx, conn, epoch, bs, res, errs)
+	err := s.pushOneTransaction(ctx, conn, epoch, bs, res, errs)
 	conn.Release()
 	if err == nil {
 		return
 	}
-	if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Severity == "FATAL" || pe.Severity == "PANIC" {
+	if !statementError(err) {
 		fill(errs, classify(err))
 		return
 	}
@@ -65,6 +114,16 @@ func (s *Store) PushMany(ctx context.Context, shape reginatype.PushShape, bs []*
 		x.ExpectDuplicates = false
 		res[i], errs[i] = s.Push(ctx, &x)
 	}
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 func fill(errs []error, err error) {

@@ -13,6 +13,7 @@ type queries struct {
 	ensurePartition                                                                   string
 	pushSegment                                                                       string
 	pushDups                                                                          string
+	pushDupsPacked                                                                    string
 	pushSegments                                                                      string
 	configure                                                                         string
 	deleteQueue                                                                       string
@@ -94,6 +95,9 @@ func newQueries(schema string) queries {
 		pushDups: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created,
 				payload_check, dup_fps
 			FROM queen.push_dups($1, $2, $3, $4, $5)`,
+		pushDupsPacked: `SELECT k, status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created,
+				payload_check, dup_fps
+			FROM queen.push_dups_packed($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		configure: `INSERT INTO queen.queues (name, namespace, task, ` + queueOptionColumns + `)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
 			ON CONFLICT (name) DO UPDATE SET
@@ -168,7 +172,7 @@ func newQueries(schema string) queries {
 	q.traces = newTraceQueries(schema)
 	q.streams = newStreamQueries(schema)
 	q.stats = newStatsQueries(schema)
-	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.pushDups, &q.pushSegments, &q.configure, &q.deleteQueue,
+	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.pushDups, &q.pushDupsPacked, &q.pushSegments, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,
 		&q.retentionTargets, &q.evictionTargets, &q.purgeSegments, &q.purgeConsumed,

@@ -303,11 +303,12 @@ type diffWorld struct {
 
 // fastPathCounts are the registries' duplicate fast path counters, and
 // the packer's (packed round trips, and the partition batches they carried).
-type fastPathCounts struct{ unlocked, misses, packedTxns, packedBatches uint64 }
+type fastPathCounts struct{ unlocked, byOriginals, misses, packedTxns, packedBatches uint64 }
 
 func (c *fastPathCounts) add(r *actor.Registry) {
 	st := r.Stats()
 	c.unlocked += st.UnlockedDups
+	c.byOriginals += st.UnlockedByOriginals
 	c.misses += st.FastPathMisses
 	c.packedTxns += st.PackedTransactions
 	c.packedBatches += st.PackedBatches
@@ -452,7 +453,10 @@ func diffSeed(t *testing.T) uint64 {
 // reference; the other two pack several partitions' batches per round trip:
 // one transaction, and pipelined). Queues switch dedupPayloadCheck
 // between off, report and reject, and repeats carry the same or another
-// payload. Every item must get the same status (payloadMismatch included)
+// payload. With the cache on, the batches it expects to be all duplicates
+// are proven from the segments it names (queen.push_dups_packed, packed
+// with other partitions'); with it off, by window probes (push_dups).
+// Every item must get the same status (payloadMismatch included)
 // and name the same message, and the tables must end the same. The
 // cache must have been used (watermark hits that found hashes), so the test
 // cannot pass vacuously. REGINA_DIFF_SEED picks another sequence.
@@ -572,6 +576,10 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 	require.Positive(t, wOff.fast.unlocked, "cache off: the fast path answered batches")
 	require.Positive(t, wOn.fast.misses+wOff.fast.misses, "some fast path predictions missed")
 	require.Zero(t, wLocked.fast.unlocked+wLocked.fast.misses, "locked only: no fast path")
+	// With the cache on, batches were proven from the segments it named
+	// (queen.push_dups_packed); without it, only by window probes.
+	require.Positive(t, wOn.fast.byOriginals, "cache on: no batch proven from the originals the cache named")
+	require.Zero(t, wOff.fast.byOriginals, "cache off: the cache named originals")
 	// And the packer carried several partitions' batches in one round trip
 	// in both worlds that pack, never in the reference.
 	for _, w := range []*diffWorld{wOn, wOff} {

@@ -69,3 +69,118 @@ BEGIN
         END IF;
     END IF;
 END $$;
+
+-- queen.push_dups_packed: the read-only duplicate path for the batches of
+-- several partitions at once, when the broker's dedup cache names, for every
+-- item, the segment its original is in: one round trip and one statement
+-- for them all, reading each named segment's row by its key, where push_dups
+-- is one call and one window probe per batch.
+--
+-- Arguments, per batch k (1-based, in array order): p_parts, p_hints,
+-- p_has_fps (push_segment's p_partition, p_window_hint, and whether its
+-- p_fps would be non-NULL) and p_counts (its items). Per item, every
+-- batch's items in order: p_batch (its k), p_hashes, p_originals (the first
+-- offset of the lowest segment of the partition the cache holds the hash
+-- in). Per (k, offset) the items name: p_seg_batch, p_seg_offsets.
+--
+-- The cache's offsets are the promise the watermark is (no occurrence of the
+-- hash inside the window lies below that segment; see queen.push_probe), not
+-- a proof: SQL proves. An item is found when the log_txns row at its offset
+-- is committed (this statement's snapshot), inside the queue's window (its
+-- stored created_at against the database clock, as push_probe measures it)
+-- and holds the hash; its original is the first position of the hash in
+-- that row, which is what push_probe finds (the lowest offset, then the
+-- lowest position): the original's id (16 zero bytes when its segment is
+-- gone), stored time and fingerprint.
+--
+-- One row per batch: status 'ok' when the partition exists, its window is on
+-- and not larger than the hint (the watermark rule: the cache's promise was
+-- made for the hint), the payload check agrees with p_has_fps and every item
+-- was found; the other columns are then what push_segment would answer for
+-- this snapshot (first_offset -1, dup_idx 1..n). 'locked' otherwise (the
+-- arrays empty): the caller runs the locked push transaction, which decides
+-- everything under the row lock as before.
+--
+-- It takes no row lock, assigns no transaction id and writes no WAL, except
+-- with a synchronous standby (see push_dups; the message is emitted before
+-- the query but after the statement's snapshot was taken, so its commit
+-- waits for WAL that lies after every commit the verdicts read).
+--
+-- log_txns and segments are only read through LATERAL lookups on their keys
+-- (one per named segment, not per item); everything else is the arrays'
+-- few rows. A generic plan: the arrays' contents do not change it, and a
+-- custom plan per call cost more than running it (measured).
+CREATE OR REPLACE FUNCTION queen.push_dups_packed(p_parts uuid[], p_hints integer[], p_has_fps boolean[],
+    p_counts integer[], p_batch integer[], p_hashes bytea[], p_originals bigint[],
+    p_seg_batch integer[], p_seg_offsets bigint[])
+RETURNS TABLE (k integer, status text, window_seconds integer, first_offset bigint, created_at timestamptz,
+    dup_idx integer[], dup_ids bytea[], dup_created timestamptz[], payload_check text, dup_fps bigint[])
+LANGUAGE plpgsql STABLE
+SET jit = off
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_until timestamptz := clock_timestamp() + interval '5 minutes';
+BEGIN
+    IF current_setting('synchronous_standby_names') <> '' THEN
+        PERFORM pg_logical_emit_message(true, 'regina.duplicate', ''::bytea);
+    END IF;
+    RETURN QUERY
+    WITH pq AS MATERIALIZED (
+        SELECT b.k::integer AS k, b.part, q.dedup_window_seconds AS win, q.dedup_payload_check AS chk,
+               now() - make_interval(secs => q.dedup_window_seconds) AS since
+          FROM unnest(p_parts, p_hints, p_has_fps) WITH ORDINALITY AS b(part, hint, hasfp, k)
+          CROSS JOIN LATERAL (
+              SELECT q.dedup_window_seconds, q.dedup_payload_check
+                FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+               WHERE p.id = b.part) q
+         WHERE q.dedup_window_seconds > 0 AND q.dedup_window_seconds <= b.hint
+           AND (q.dedup_payload_check <> 'off') = b.hasfp),
+    r AS MATERIALIZED (
+        SELECT g.k, pq.part, g.fo, l.created_at AS created, l.hashes, l.fingerprints AS fps
+          FROM (SELECT DISTINCT u.k, u.fo FROM unnest(p_seg_batch, p_seg_offsets) AS u(k, fo)) g
+          JOIN pq ON pq.k = g.k
+          CROSS JOIN LATERAL (
+              SELECT t.created_at, t.hashes, t.fingerprints
+                FROM queen.log_txns t
+               WHERE t.partition_id = pq.part AND t.first_offset = g.fo
+                 AND t.created_at > pq.since AND t.created_at < v_until) l),
+    f AS MATERIALIZED (
+        SELECT it.k, it.j::integer AS j, r.part, it.fo, r.created, array_position(r.hashes, it.h) AS o, r.fps
+          FROM unnest(p_batch, p_hashes, p_originals) WITH ORDINALITY AS it(k, h, fo, j)
+          JOIN r ON r.k = it.k AND r.fo = it.fo),
+    s AS MATERIALIZED (
+        SELECT x.k, x.fo, x.lo,
+               (SELECT substring(g.frames FROM (x.lo - 1) * 16 + 1 FOR (x.hi - x.lo + 1) * 16)
+                  FROM queen.segments g
+                 WHERE g.partition_id = x.part AND g.first_offset = x.fo) AS ids
+          FROM (SELECT f.k, f.part, f.fo, min(f.o) AS lo, max(f.o) AS hi
+                  FROM f WHERE f.o IS NOT NULL GROUP BY f.k, f.part, f.fo) x),
+    a AS (
+        SELECT f.k, count(*) AS n, min(f.j) AS j0,
+               array_agg(f.j ORDER BY f.j) AS dup_idx,
+               array_agg(coalesce(substring(s.ids FROM (f.o - s.lo) * 16 + 1 FOR 16),
+                                  '\x00000000000000000000000000000000'::bytea) ORDER BY f.j) AS dup_ids,
+               array_agg(f.created ORDER BY f.j) AS dup_created,
+               array_agg(f.fps[f.o] ORDER BY f.j) AS dup_fps
+          FROM f JOIN s ON s.k = f.k AND s.fo = f.fo
+         WHERE f.o IS NOT NULL
+         GROUP BY f.k)
+    SELECT c.k::integer,
+           CASE WHEN a.n = c.n THEN 'ok' ELSE 'locked' END,
+           CASE WHEN a.n = c.n THEN pq.win ELSE 0 END,
+           -1::bigint,
+           now(),
+           -- j counts over all the batches' items: 1..n within the batch.
+           CASE WHEN a.n = c.n THEN (SELECT array_agg(x - a.j0 + 1 ORDER BY x) FROM unnest(a.dup_idx) x) ELSE '{}' END,
+           CASE WHEN a.n = c.n THEN a.dup_ids ELSE '{}' END,
+           CASE WHEN a.n = c.n THEN a.dup_created ELSE '{}' END,
+           CASE WHEN a.n = c.n THEN pq.chk ELSE 'off' END,
+           CASE WHEN a.n = c.n THEN a.dup_fps ELSE '{}' END
+      FROM unnest(p_counts) WITH ORDINALITY AS c(n, k)
+      LEFT JOIN pq ON pq.k = c.k
+      LEFT JOIN a ON a.k = c.k AND pq.k IS NOT NULL
+     ORDER BY c.k;
+END $$;
