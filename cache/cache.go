@@ -116,7 +116,9 @@ func (c *Cache) WatermarkFound(p [16]byte, windowSeconds int, hashes [][16]byte)
 // WatermarkOriginals is WatermarkFound that also names, when the cache holds
 // every hash of the batch, the segment each one's original is in: origs
 // (dst's storage reused) then holds, for hashes[i], the first offset of the
-// lowest segment the cache holds it in; otherwise origs is nil. By the
+// lowest segment the cache holds it in (or a hash sharing its key: that
+// segment may then not hold hashes[i] at all, which the database's read of it
+// shows); otherwise origs is nil. By the
 // cache's invariant (every hash of every segment up to K that may be inside
 // the window is held), no occurrence of hashes[i] inside the window lies
 // below origs[i]: the same promise as the watermark, made per hash. Like
@@ -171,7 +173,7 @@ func (c *Cache) WatermarkOriginals(p [16]byte, windowSeconds int, hashes [][16]b
 	if found == len(hashes) && found > 0 {
 		origs = dst[:0]
 		for i := range hashes {
-			origs = append(origs, e.m[hashes[i]])
+			origs = append(origs, e.m[hashKey(&hashes[i])])
 		}
 	}
 	k := e.k

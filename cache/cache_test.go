@@ -758,3 +758,46 @@ func TestHashesSharingAKey(t *testing.T) {
 	w, _ = wm(c, p, 3600, a)
 	require.Equal(t, int64(9), w, "the lowest segment holding the key")
 }
+
+// WatermarkOriginals names, for every hash of a batch the cache holds
+// entirely, the first offset of the lowest segment holding it (a hash
+// learned again later keeps its first segment), under the span cap too, and
+// nothing when a hash is missing or the cache cannot vouch for the
+// partition.
+func TestWatermarkOriginals(t *testing.T) {
+	t.Parallel()
+	c := New(Config{Enabled: true, BudgetBytes: 1 << 20, MaxSpan: 4})
+	p := pid(1)
+	hydrate(t, c, p, 0, 60, at(0))
+	a, b := hashes(1, 5), hashes(2, 3)
+	c.Learn(p, 60, 0, a, at(1))
+	c.Learn(p, 60, 5, b, at(2))
+	c.Learn(p, 60, 8, [][16]byte{a[2]}, at(3)) // a[2] again, at offset 8
+
+	dst := make([]int64, 0, 8)
+	w, found, origs, r := c.WatermarkOriginals(p, 60, [][16]byte{b[2], a[2], b[0]}, dst)
+	require.Equal(t, ReasonSpan, r, "a[2]'s first segment lies 9 offsets below K")
+	require.Equal(t, NoWatermark, w)
+	require.Equal(t, 3, found)
+	require.Equal(t, []int64{5, 0, 5}, origs, "the lowest segment of each")
+	require.Equal(t, cap(dst), cap(origs), "dst's storage is reused")
+
+	w, found, origs, r = c.WatermarkOriginals(p, 60, [][16]byte{b[1]}, nil)
+	require.Equal(t, ReasonNone, r)
+	require.Equal(t, int64(4), w)
+	require.Equal(t, 1, found)
+	require.Equal(t, []int64{5}, origs)
+
+	_, found, origs, _ = c.WatermarkOriginals(p, 60, [][16]byte{b[1], hashes(3, 1)[0]}, dst)
+	require.Equal(t, 1, found)
+	require.Nil(t, origs, "a hash the cache does not hold: no originals")
+
+	// A window larger than the one loaded: the cache cannot vouch.
+	_, found, origs, r = c.WatermarkOriginals(p, 600, [][16]byte{b[1]}, dst)
+	require.Equal(t, ReasonWindow, r)
+	require.Zero(t, found)
+	require.Nil(t, origs)
+	_, _, origs, r = c.WatermarkOriginals(pid(2), 60, [][16]byte{b[1]}, dst)
+	require.Equal(t, ReasonUnknown, r)
+	require.Nil(t, origs)
+}

@@ -183,21 +183,40 @@ func (s *Store) proveDuplicates(ctx context.Context, conn *pgxpool.Conn, epoch u
 		gotIdx []int
 	)
 	for rows.Next() {
-		var k int32
-		var r reginatype.PushResult
-		status, err := scanPush(prefixRow{rows: rows, prefix: &k}, &r)
-		if err != nil {
+		var (
+			k       int32
+			ok      bool
+			win     *int32
+			check   *string
+			created time.Time
+			ids     []byte
+			dupAt   []time.Time
+			dupFps  []*int64
+		)
+		if err := rows.Scan(&k, &ok, &win, &check, &created, &ids, &dupAt, &dupFps); err != nil {
 			return err
 		}
 		if k < 1 || int(k) > len(which) {
 			return fmt.Errorf("push_dups_packed: batch %d of %d", k, len(which))
 		}
 		i := which[k-1]
-		if status == "ok" && len(r.DupIndex) == len(bs[i].Hashes) {
-			r.Epoch, r.Unlocked = epoch, true
-			got = append(got, r)
-			gotIdx = append(gotIdx, i)
+		n := len(bs[i].Hashes)
+		if !ok {
+			continue
 		}
+		if win == nil || check == nil || len(ids) != 16*n || len(dupAt) != n || len(dupFps) != n {
+			return fmt.Errorf("push_dups_packed: batch %d proven with %d ids, %d times, %d fingerprints for %d items",
+				k, len(ids)/16, len(dupAt), len(dupFps), n)
+		}
+		r := reginatype.PushResult{WindowSeconds: int(*win), PayloadCheck: *check, FirstOffset: -1, CreatedAt: created,
+			DupIndex: make([]int, n), DupOriginal: make([]partition.UUID, n), DupCreated: dupAt, DupFingerprint: dupFps,
+			Epoch: epoch, Unlocked: true}
+		for j := range n {
+			r.DupIndex[j] = j
+			copy(r.DupOriginal[j][:], ids[16*j:])
+		}
+		got = append(got, r)
+		gotIdx = append(gotIdx, i)
 	}
 	if err := rows.Err(); err != nil {
 		return err

@@ -95,8 +95,7 @@ func newQueries(schema string) queries {
 		pushDups: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created,
 				payload_check, dup_fps
 			FROM queen.push_dups($1, $2, $3, $4, $5)`,
-		pushDupsPacked: `SELECT k, status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created,
-				payload_check, dup_fps
+		pushDupsPacked: `SELECT k, proven, window_seconds, payload_check, created_at, dup_ids, dup_created, dup_fps
 			FROM queen.push_dups_packed($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		configure: `INSERT INTO queen.queues (name, namespace, task, ` + queueOptionColumns + `)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)

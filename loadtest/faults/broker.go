@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -250,4 +251,32 @@ func logLevels(path string) string {
 		}
 	}
 	return sortedCounts(m)
+}
+
+// readOnlyCounts reads a broker's read-only duplicate path counters from
+// its Prometheus metrics: batches proven from the dedup cache's originals,
+// by window probes, and the expected duplicates that took the locked path.
+func readOnlyCounts(b *broker) ([3]uint64, error) {
+	var out [3]uint64
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(b.url() + "/metrics/prometheus")
+	if err != nil {
+		return out, fmt.Errorf("metrics of broker %s: %w", b.name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return out, fmt.Errorf("metrics of broker %s: %w", b.name, err)
+	}
+	for l := range strings.Lines(string(body)) {
+		for i, prefix := range []string{`regina_push_readonly_batches_total{proof="originals"} `,
+			`regina_push_readonly_batches_total{proof="window_probe"} `, "regina_push_readonly_misses_total "} {
+			if v, ok := strings.CutPrefix(l, prefix); ok {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					out[i] = uint64(f)
+				}
+			}
+		}
+	}
+	return out, nil
 }

@@ -641,6 +641,13 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 
 	for _, b := range []*broker{r.b, r.a} {
 		if b.running() {
+			// Which duplicate paths this incarnation took: the checker
+			// below holds every one of their verdicts to the stored
+			// originals, whichever answered.
+			if ro, err := readOnlyCounts(b); err == nil {
+				r.logf("broker %s (since its last start): read-only duplicate batches proven from the cache's originals %d, "+
+					"by window probes %d; expected duplicates that took the locked path %d", b.name, ro[0], ro[1], ro[2])
+			}
 			if err := b.stop(60 * time.Second); err != nil {
 				r.violation(VBroker, "final graceful stop: %v", err)
 			}

@@ -93,13 +93,15 @@ END $$;
 -- lowest position): the original's id (16 zero bytes when its segment is
 -- gone), stored time and fingerprint.
 --
--- One row per batch: status 'ok' when the partition exists, its window is on
--- and not larger than the hint (the watermark rule: the cache's promise was
--- made for the hint), the payload check agrees with p_has_fps and every item
--- was found; the other columns are then what push_segment would answer for
--- this snapshot (first_offset -1, dup_idx 1..n). 'locked' otherwise (the
--- arrays empty): the caller runs the locked push transaction, which decides
--- everything under the row lock as before.
+-- One row per batch, proven when the partition exists, its window is on and
+-- not larger than the hint (the watermark rule: the cache's promise was made
+-- for the hint), the payload check agrees with p_has_fps and every item was
+-- found. The other columns are then what push_segment would answer for this
+-- snapshot, compactly (every item is a duplicate: first_offset -1 and
+-- dup_idx 1..n go without saying): the window and payload check, now(), the
+-- originals' ids concatenated in item order (16 bytes each), their stored
+-- times and fingerprints. Otherwise the caller runs the locked push
+-- transaction, which decides everything under the row lock as before.
 --
 -- It takes no row lock, assigns no transaction id and writes no WAL, except
 -- with a synchronous standby (see push_dups; the message is emitted before
@@ -113,8 +115,8 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.push_dups_packed(p_parts uuid[], p_hints integer[], p_has_fps boolean[],
     p_counts integer[], p_batch integer[], p_hashes bytea[], p_originals bigint[],
     p_seg_batch integer[], p_seg_offsets bigint[])
-RETURNS TABLE (k integer, status text, window_seconds integer, first_offset bigint, created_at timestamptz,
-    dup_idx integer[], dup_ids bytea[], dup_created timestamptz[], payload_check text, dup_fps bigint[])
+RETURNS TABLE (k integer, proven boolean, window_seconds integer, payload_check text, created_at timestamptz,
+    dup_ids bytea, dup_created timestamptz[], dup_fps bigint[])
 LANGUAGE plpgsql STABLE
 SET jit = off
 SET enable_seqscan = off
@@ -158,27 +160,28 @@ BEGIN
                  WHERE g.partition_id = x.part AND g.first_offset = x.fo) AS ids
           FROM (SELECT f.k, f.part, f.fo, min(f.o) AS lo, max(f.o) AS hi
                   FROM f WHERE f.o IS NOT NULL GROUP BY f.k, f.part, f.fo) x),
-    a AS (
-        SELECT f.k, count(*) AS n, min(f.j) AS j0,
-               array_agg(f.j ORDER BY f.j) AS dup_idx,
-               array_agg(coalesce(substring(s.ids FROM (f.o - s.lo) * 16 + 1 FOR 16),
-                                  '\x00000000000000000000000000000000'::bytea) ORDER BY f.j) AS dup_ids,
-               array_agg(f.created ORDER BY f.j) AS dup_created,
-               array_agg(f.fps[f.o] ORDER BY f.j) AS dup_fps
+    -- In item order (the aggregates below read their input in that
+    -- order: no sort per aggregate).
+    fo AS (
+        SELECT f.k, f.created, coalesce(substring(s.ids FROM (f.o - s.lo) * 16 + 1 FOR 16),
+                                        '\x00000000000000000000000000000000'::bytea) AS id,
+               f.fps[f.o] AS fp
           FROM f JOIN s ON s.k = f.k AND s.fo = f.fo
          WHERE f.o IS NOT NULL
-         GROUP BY f.k)
+         ORDER BY f.k, f.j),
+    a AS (
+        SELECT fo.k, count(*) AS n, string_agg(fo.id, ''::bytea) AS ids,
+               array_agg(fo.created) AS created, array_agg(fo.fp) AS fps
+          FROM fo
+         GROUP BY fo.k)
     SELECT c.k::integer,
-           CASE WHEN a.n = c.n THEN 'ok' ELSE 'locked' END,
-           CASE WHEN a.n = c.n THEN pq.win ELSE 0 END,
-           -1::bigint,
+           a.n IS NOT DISTINCT FROM c.n::bigint,
+           pq.win,
+           pq.chk,
            now(),
-           -- j counts over all the batches' items: 1..n within the batch.
-           CASE WHEN a.n = c.n THEN (SELECT array_agg(x - a.j0 + 1 ORDER BY x) FROM unnest(a.dup_idx) x) ELSE '{}' END,
-           CASE WHEN a.n = c.n THEN a.dup_ids ELSE '{}' END,
-           CASE WHEN a.n = c.n THEN a.dup_created ELSE '{}' END,
-           CASE WHEN a.n = c.n THEN pq.chk ELSE 'off' END,
-           CASE WHEN a.n = c.n THEN a.dup_fps ELSE '{}' END
+           a.ids,
+           a.created,
+           a.fps
       FROM unnest(p_counts) WITH ORDINALITY AS c(n, k)
       LEFT JOIN pq ON pq.k = c.k
       LEFT JOIN a ON a.k = c.k AND pq.k IS NOT NULL
