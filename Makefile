@@ -105,6 +105,11 @@ SCALE_PARTITIONS ?= 1,1k,100k
 SCALE_HASHES ?= 100k,10M,100M
 SCALE_POP ?= 100,100k
 SCALE_ROUNDS ?= 1
+# The drain phase: partitions (each with SCALE_DRAIN_PER messages), or none.
+SCALE_DRAIN ?= 5k
+SCALE_DRAIN_PER ?= 4
+# Run only some scale phases: partitions, hashes, pop, drain (comma-separated; empty = all).
+SCALE_ONLY ?=
 
 compare: ## Regina vs pgx ceiling vs JetStream [vs QUEEN_URL]: RESULTS.md
 	$(GO) build -o bin/regina-compare ./bench/compare
@@ -112,8 +117,9 @@ compare: ## Regina vs pgx ceiling vs JetStream [vs QUEEN_URL]: RESULTS.md
 		-rounds $(call cmp_var,ROUNDS,3) -command '$(COMPARE_CMD)' \
 		$(if $(QUEEN_URL),-queen-url '$(QUEEN_URL)') $(if $(QUEEN_DATABASE),-queen-database '$(QUEEN_DATABASE)') $(COMPARE_ARGS)
 
-compare/scale: ## Push and pop as partitions and in-window hashes grow, and a restart
+compare/scale: ## Push and pop as partitions and in-window hashes grow, a 5k-partition drain, a restart (SCALE_ONLY=drain: just the drain)
 	$(GO) build -o bin/regina-compare ./bench/compare
 	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -scale -database-url "$$url" $(COMPARE_FLAGS) \
 		-scale-partitions '$(SCALE_PARTITIONS)' -scale-hashes '$(SCALE_HASHES)' -scale-pop '$(SCALE_POP)' -scale-rounds $(SCALE_ROUNDS) \
+		-scale-drain '$(SCALE_DRAIN)' -scale-drain-per $(SCALE_DRAIN_PER) $(if $(SCALE_ONLY),-scale-only '$(SCALE_ONLY)') \
 		-command '$(COMPARE_CMD)' $(COMPARE_ARGS)

@@ -19,6 +19,7 @@
 //	make compare/scale              # partitions 1..100k, hashes 100k..100M, pop 100/100k, restart: hours (the 100M preload)
 //	make compare/scale SCALE_HASHES=100k,10M DURATION=10s   # the same up to 10M: under an hour
 //	make compare/scale DURATION=5s SCALE_PARTITIONS=1,16,1000 SCALE_HASHES=100k,1M SCALE_POP=100,10k
+//	make compare/scale SCALE_ONLY=drain  # only the 5k-partition drain: a few minutes
 //
 // or directly (go run ./bench/compare -h lists every flag).
 //
@@ -171,6 +172,19 @@
 // (batch 1, a lease, wait=false), then an ack. pops/s and the pop's p99 go
 // into RESULTS.md and bench/scale-pop.png; bars: pops/s at the largest
 // count >= 0.5x the smallest, p99 <= 2x.
+//
+// The drain phase (-scale-drain: 5k partitions; "none" skips it) runs after
+// the rounds on a schema of its own: a fresh broker, -scale-drain-per (4)
+// messages pushed to every partition, then -scale-drain-consumers (4) run
+// the consume loop above (with a long poll, wait=true&timeout=5000) until
+// the last message is acked, or nothing has been acked for two minutes.
+// Every ack's time is kept: the drain's section of RESULTS.md (its own
+// section, scale-drain) gives msgs/s per tenth of the backlog, the last
+// tenth's over the first's as the flatness figure, the time to the last
+// message and the load average at the start and the end; bench/scale-drain.png
+// draws the rate and the backlog left over time. -scale-only (SCALE_ONLY)
+// runs only the phases it names (partitions, hashes, pop, drain); a run of
+// the drain alone leaves the scale section of RESULTS.md as it was.
 //
 // The restart phase (-scale-restart) runs after the rounds on the Regina
 // schema of the largest hash point: a fresh broker pushes (warmup, measured

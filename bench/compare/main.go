@@ -65,7 +65,22 @@ type config struct {
 	scalePopConsumers int
 	scalePopBacklog   int
 	scaleRestart      bool
+
+	// The drain phase (scaledrain.go): partitions (0 = none), messages per
+	// partition, consumers.
+	scaleDrain          int
+	scaleDrainPer       int
+	scaleDrainConsumers int
+	// scaleOnly names the scale phases to run (nil = all of them).
+	scaleOnly map[string]bool
 }
+
+// scalePhases are the names -scale-only accepts.
+// The restart phase belongs to the hash points (it runs on the largest).
+var scalePhases = []string{"partitions", "hashes", "pop", "drain"}
+
+// scaleWants reports whether scale mode runs the phase called name.
+func (c *config) scaleWants(name string) bool { return c.scaleOnly == nil || c.scaleOnly[name] }
 
 func parseInts(s string) ([]int, error) {
 	var out []int
@@ -126,6 +141,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	spop := fs.String("scale-pop", "100,100k", "scale mode: partition counts of the pop phase (1% of them hold work); \"none\" skips it")
 	fs.IntVar(&c.scalePopConsumers, "scale-pop-consumers", 1, "scale mode: consumers of the pop phase (pop batch 1 + ack loops)")
 	fs.IntVar(&c.scalePopBacklog, "scale-pop-backlog", 100000, "scale mode: messages pushed to the hot partitions before each pop phase")
+	sdrain := fs.String("scale-drain", "5k", "scale mode: partitions of the drain phase (a backlog on every partition, drained to the last message); \"none\" skips it")
+	fs.IntVar(&c.scaleDrainPer, "scale-drain-per", 4, "scale mode: backlog messages per partition of the drain phase")
+	fs.IntVar(&c.scaleDrainConsumers, "scale-drain-consumers", 4, "scale mode: consumers of the drain phase (pop batch 1 + ack loops)")
+	sonly := fs.String("scale-only", "", "scale mode: run only these phases, comma-separated ("+strings.Join(scalePhases, ", ")+"); empty = all")
 	fs.BoolVar(&c.scaleRestart, "scale-restart", true, "scale mode: push before and after a broker restart on the largest hash point")
 	fs.IntVar(&c.scaleRounds, "scale-rounds", 1, "scale mode: rounds per point")
 	fs.BoolVar(&c.scaleCeiling, "scale-ceiling", true, "scale mode: also measure the pgx ceiling at every point")
@@ -149,6 +168,35 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 			return nil, fmt.Errorf("-scale-pop: %w", err)
 		}
 	}
+	if *sdrain != "none" {
+		d, err := parseInts(*sdrain)
+		if err != nil || len(d) != 1 {
+			return nil, fmt.Errorf("-scale-drain: want one partition count or \"none\" (%q)", *sdrain)
+		}
+		c.scaleDrain = d[0]
+	}
+	if *sonly != "" {
+		c.scaleOnly = map[string]bool{}
+		for f := range strings.SplitSeq(*sonly, ",") {
+			f = strings.TrimSpace(f)
+			if !slices.Contains(scalePhases, f) {
+				return nil, fmt.Errorf("-scale-only: unknown phase %q (want some of %s)", f, strings.Join(scalePhases, ", "))
+			}
+			c.scaleOnly[f] = true
+		}
+		if !c.scaleWants("partitions") {
+			c.scaleParts = nil
+		}
+		if !c.scaleWants("hashes") {
+			c.scaleHashes = nil
+		}
+		if !c.scaleWants("pop") {
+			c.scalePop = nil
+		}
+		if !c.scaleWants("drain") {
+			c.scaleDrain = 0
+		}
+	}
 	switch {
 	case c.duration <= 0:
 		return nil, errors.New("-duration must be > 0")
@@ -166,6 +214,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-queen-url and -queen-database are for compare mode, not -scale")
 	case c.scalePopConsumers < 1 || c.scalePopBacklog < 1:
 		return nil, errors.New("-scale-pop-consumers and -scale-pop-backlog must be >= 1")
+	case c.scaleDrainPer < 1 || c.scaleDrainConsumers < 1:
+		return nil, errors.New("-scale-drain-per and -scale-drain-consumers must be >= 1")
 	case c.natsInflight < 1 || c.natsConns < 0:
 		return nil, errors.New("-nats-inflight must be >= 1 and -nats-conns >= 0")
 	}
@@ -222,6 +272,7 @@ type harness struct {
 	info    runInfo
 	results []*PhaseResult
 	scale   *scaleState
+	drain   *drainRun // the drain phase's record (scaledrain.go), nil until it ran
 }
 
 // runInfo is what RESULTS.md says about the run's setting.
@@ -334,6 +385,9 @@ func (h *harness) plannedTime() time.Duration {
 	phase := c.warmup + c.duration + 20*time.Second
 	if c.scale {
 		n := (len(c.scaleParts)+len(c.scaleHashes))*c.scaleRounds*2 + len(c.scalePop)*c.scaleRounds + 2
+		if c.scaleDrain > 0 {
+			n += 2
+		}
 		return time.Duration(n)*phase + 150*time.Minute
 	}
 	phases := 11 + 2 // + 2: block B's packed ceilings (packed.go)

@@ -157,6 +157,11 @@ func (h *harness) runScale() error {
 			st.Close()
 		}
 	}
+	if c.scaleDrain > 0 && h.stop.Err() == nil {
+		if err := h.runDrain(); err != nil {
+			return err
+		}
+	}
 	// The restart phase runs on the largest hash point (the last point).
 	if c.scaleRestart && len(hashes) > 0 && h.stop.Err() == nil {
 		last := pts[len(pts)-1]
@@ -349,6 +354,12 @@ func (h *harness) scaleRows(points []int, point func(int) string, label func(int
 }
 
 func (h *harness) writeScale() (string, error) {
+	// The drain has a section of its own; a run of the drain alone
+	// leaves the scale section as it was.
+	drainSummary, err := h.writeDrain()
+	if err != nil || !h.ranBesidesDrain() {
+		return drainSummary, err
+	}
 	c := h.cfg
 	parts := slices.Clone(c.scaleParts)
 	slices.Sort(parts)
@@ -453,6 +464,7 @@ func (h *harness) writeScale() (string, error) {
 	}
 	summary.WriteString(popSummary)
 	summary.WriteString(h.writeRestart(&b))
+	summary.WriteString(drainSummary)
 
 	b.WriteString("\n### Every phase\n\nPhases where more than 1% of the ops failed are marked and left out of every median and ratio. The cache column is the broker's `/metrics` dedupCache over the phase: watermark hits / full-window probes /\nevictions / hydrations finished of started, then the hashes it held at the end.\n\n")
 	b.WriteString("| round | point | system | msgs/s | p50 ms | p99 ms | broker | PG ours | PG all | load gen | machine | broker RSS MiB | cache | wrong | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")

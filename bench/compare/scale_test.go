@@ -124,7 +124,7 @@ func TestScaleFastMode(t *testing.T) {
 	code := run([]string{"-scale", "-database-url", url, "-regina", filepath.Join(dir, "regina"),
 		"-duration", "1s", "-warmup", "200ms", "-connections", "4", "-partitions", "4",
 		"-scale-partitions", "1,200", "-scale-hashes", "1k,5k", "-scale-pop", "100,300", "-scale-pop-backlog", "300",
-		"-out", out, "-plot-dir", dir})
+		"-scale-drain", "200", "-scale-drain-per", "2", "-out", out, "-plot-dir", dir})
 	require.Zero(t, code)
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
@@ -134,12 +134,13 @@ func TestScaleFastMode(t *testing.T) {
 		"### As the in-window hash count grows", "| Regina msgs/s at 5k hashes / at 1k |",
 		"### Pop as partitions grow", "| 300 | **", "| pops/s at 300 partitions / at 100 |", "| pop p99 at 300 partitions / at 100 |",
 		"### A restart on a database holding a full window", "| msgs/s after the restart / before |",
+		"a 200-partition backlog drained to the last message", "| 200 | 400 | all | 4 |",
 	} {
 		require.Contains(t, doc, want)
 	}
 	require.NotContains(t, doc, "exited by itself")
 	require.NotContains(t, doc, "Not measured in this run")
-	for _, png := range []string{"scale-partitions.png", "scale-hashes.png", "scale-pop.png"} {
+	for _, png := range []string{"scale-partitions.png", "scale-hashes.png", "scale-pop.png", "scale-drain.png"} {
 		st, err := os.Stat(filepath.Join(dir, png))
 		require.NoError(t, err)
 		require.Positive(t, st.Size())

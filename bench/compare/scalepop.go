@@ -118,13 +118,23 @@ func popDrain(ctx context.Context, baseURL string) (int, error) {
 // clock starts.
 func (h *harness) pushBacklog(baseURL string, p *popPt, tag string) error {
 	hot := hotPartitions(p.partitions)
-	per := max(h.cfg.scalePopBacklog/len(hot), 1)
+	if err := h.pushSpread(baseURL, popQueue, hot, max(h.cfg.scalePopBacklog/len(hot), 1), tag); err != nil {
+		return fmt.Errorf("backlog of %s: %w", p.name, err)
+	}
+	return nil
+}
+
+// pushSpread pushes per new messages to each of queue's partitions parts
+// (p<i>), in pushes of up to -items messages to one partition, on
+// -connections connections, round-robin over the partitions. Every message
+// must be queued.
+func (h *harness) pushSpread(baseURL, queue string, parts []int, per int, tag string) error {
 	items := h.cfg.items
 	type job struct{ part, from, n int }
 	jobs := make(chan job)
 	errs := make(chan error, h.cfg.connections)
 	var wg sync.WaitGroup
-	for range min(h.cfg.connections, len(hot)*((per+items-1)/items)) {
+	for range min(h.cfg.connections, len(parts)*((per+items-1)/items)) {
 		wg.Go(func() {
 			c := newHTTPClient(baseURL)
 			defer c.hc.CloseIdleConnections()
@@ -135,7 +145,7 @@ func (h *harness) pushBacklog(baseURL string, p *popPt, tag string) error {
 					if i > 0 {
 						body = append(body, ',')
 					}
-					body = append(body, `{"queue":"`+popQueue+`","partition":"p`+strconv.Itoa(j.part)+
+					body = append(body, `{"queue":"`+queue+`","partition":"p`+strconv.Itoa(j.part)+
 						`","transactionId":"`+tag+`-`+strconv.Itoa(j.part)+`-`+strconv.Itoa(j.from+i)+`","payload":`...)
 					body = append(body, h.wl.payloads[(j.from+i)%nPayloads]...)
 					body = append(body, '}')
@@ -144,7 +154,7 @@ func (h *harness) pushBacklog(baseURL string, p *popPt, tag string) error {
 				ans := c.push(body, j.n)
 				if q, _, err := pushVerdicts(&ans, j.n); err != nil || q != j.n {
 					if err == nil {
-						err = fmt.Errorf("%d of %d backlog messages queued", q, j.n)
+						err = fmt.Errorf("%d of %d messages queued", q, j.n)
 					}
 					select {
 					case errs <- err:
@@ -156,7 +166,7 @@ func (h *harness) pushBacklog(baseURL string, p *popPt, tag string) error {
 	}
 feed:
 	for from := 0; from < per; from += items {
-		for _, part := range hot {
+		for _, part := range parts {
 			select {
 			case jobs <- job{part: part, from: from, n: min(items, per-from)}:
 			case <-h.stop.Done():
@@ -168,7 +178,7 @@ feed:
 	wg.Wait()
 	select {
 	case err := <-errs:
-		return fmt.Errorf("backlog of %s: %w", p.name, err)
+		return err
 	default:
 	}
 	return h.stop.Err()
