@@ -70,27 +70,20 @@ func (s *Store) EvictOnce(ctx context.Context, batchSize int) (st EvictionStats,
 // RunEviction runs EvictOnce every interval until ctx is done. Failures are
 // logged and retried at the next tick.
 func (s *Store) RunEviction(ctx context.Context, interval time.Duration, batchSize int) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	runEvery(ctx, interval, func() {
 		start := time.Now()
 		st, err := s.evictRecovering(ctx, batchSize)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("eviction pass failed")
 			}
-			continue
+			return
 		}
 		if st.Messages > 0 {
 			s.log.Info().Int("partitions", st.Partitions).Int64("messages_evicted", st.Messages).
 				Int64("segments_deleted", st.Segments).Dur("took", time.Since(start)).Msg("eviction pass (maxWaitTimeSeconds)")
 		}
-	}
+	})
 }
 
 // evictRecovering runs EvictOnce and turns a panic (a bug) into an error.

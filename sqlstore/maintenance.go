@@ -93,14 +93,7 @@ func (m *Maintenance) Set(ctx context.Context, scope reginatype.MaintenanceScope
 // Run refreshes the switches every interval until ctx ends. A failed read
 // keeps the last known switches; it is logged once per outage.
 func (m *Maintenance) Run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	runEvery(ctx, every, func() {
 		before := m.Current()
 		rctx, cancel := context.WithTimeout(ctx, every+5*time.Second)
 		st, err := m.Refresh(rctx)
@@ -118,5 +111,5 @@ func (m *Maintenance) Run(ctx context.Context, every time.Duration) {
 				m.s.log.Warn().Bool("push", st.Push).Bool("pop", st.Pop).Msg("maintenance switches changed")
 			}
 		}
-	}
+	})
 }

@@ -132,27 +132,20 @@ func (s *Store) purgeMessages(ctx context.Context, sql string, id [16]byte, seco
 // RunRetention runs RetainOnce every interval until ctx is done. Failures are
 // logged and retried at the next tick.
 func (s *Store) RunRetention(ctx context.Context, interval time.Duration, batchSize int) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	runEvery(ctx, interval, func() {
 		start := time.Now()
 		st, err := s.retainRecovering(ctx, batchSize)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("retention pass failed")
 			}
-			continue
+			return
 		}
 		if st.SidecarChildren > 0 || st.Segments > 0 {
 			s.log.Info().Int("partitions", st.Partitions).Int("sidecar_children_dropped", st.SidecarChildren).
 				Int64("segments_deleted", st.Segments).Dur("took", time.Since(start)).Msg("retention pass")
 		}
-	}
+	})
 }
 
 // retainRecovering runs RetainOnce and turns a panic (a bug) into an error,
