@@ -94,10 +94,6 @@ func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p par
 		h := partition.HashTxID(items[i].TransactionID)
 		hashes[k] = h[:]
 	}
-	// As in push_segment's full-window probe: the GIN index, never a scan.
-	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
-		return err
-	}
 	rows, err := tx.Query(ctx, s.sql.resolveOffsets, pid, hashes)
 	if err != nil {
 		return err

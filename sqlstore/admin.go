@@ -272,13 +272,9 @@ func (s *Store) GetMessage(ctx context.Context, partitionID partition.UUID, txID
 
 // newestOffset resolves a transaction id to the offset of its newest copy in
 // the partition's hash sidecar (found is false when the sidecar does not know
-// it). It switches sequential scans off for the rest of tx: as the ack's
-// resolution, the lookup must go through the GIN index.
+// it), through queen.resolve_offsets as an ack resolves its ids.
 func (s *Store) newestOffset(ctx context.Context, tx pgx.Tx, partitionID partition.UUID, txID string) (off int64, found bool, err error) {
 	h := partition.HashTxID(txID)
-	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
-		return 0, false, err
-	}
 	rows, err := tx.Query(ctx, s.sql.resolveOffsets, [16]byte(partitionID), [][]byte{h[:]})
 	if err != nil {
 		return 0, false, err

@@ -88,13 +88,9 @@ func (q *queries) consumerQueries() {
 	q.lockConsumerForAck = `SELECT cursor_offset, lease_id, (lease_id IS NOT NULL AND lease_expires_at > now()),
 		       lease_from, lease_to, retry_count
 		  FROM queen.consumers WHERE partition_id = $1 AND consumer_group = $2 FOR UPDATE`
-	// Every stored occurrence of each hash in the sidecar (GIN-driven, as the
-	// full-window probe).
-	q.resolveOffsets = `SELECT h.i::integer, l.first_offset + m.o - 1
-		  FROM queen.log_txns l
-		 CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
-		  JOIN unnest($2::bytea[]) WITH ORDINALITY AS h(h, i) ON h.h = m.h
-		 WHERE l.hashes && $2::bytea[] AND (l.partition_id = $1) IS TRUE`
+	// Every stored occurrence of each hash in the sidecar (GIN-driven and
+	// hash-joined, as the full-window probe: functions/resolve_offsets.sql).
+	q.resolveOffsets = `SELECT i, msg_offset FROM queen.resolve_offsets($1, $2::bytea[])`
 	q.updateConsumerAfterAck = `UPDATE queen.consumers SET cursor_offset = $3, retry_count = $5,
 		       lease_id = CASE WHEN $4 THEN NULL ELSE lease_id END,
 		       lease_expires_at = CASE WHEN $4 THEN NULL ELSE lease_expires_at END,

@@ -50,9 +50,6 @@ func (s *Store) DeleteMessage(ctx context.Context, partitionID partition.UUID, t
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		deleted = deleted[:0]
 		h := partition.HashTxID(txID)
-		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
-			return err
-		}
 		rows, err := tx.Query(ctx, s.sql.resolveOffsets, pid, [][]byte{h[:]})
 		if err != nil {
 			return err
@@ -64,9 +61,6 @@ func (s *Store) DeleteMessage(ctx context.Context, partitionID partition.UUID, t
 			return off, err
 		})
 		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = on"); err != nil {
 			return err
 		}
 		// In offset order: segment rows are locked in that order.

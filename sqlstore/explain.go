@@ -86,8 +86,9 @@ func (s *Store) Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]re
 			if len(pids) == 0 {
 				return nil
 			}
-			// As in push_segment's full-window probe: the GIN index, never a scan.
-			if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+			// As in push_probe's full-window probe: the GIN index, never a
+			// scan, and a hash join of the keys with the rows' hashes.
+			if _, err := tx.Exec(ctx, "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_nestloop', 'off', true)"); err != nil {
 				return err
 			}
 			rows, err = tx.Query(ctx, s.sql.admin.explainProbe, pids, hashes, windows, idx)

@@ -323,9 +323,6 @@ func (s *Store) cycleAck(ctx context.Context, tx pgx.Tx, pid [16]byte, group str
 		return nil, err
 	}
 	h := partition.HashTxID(a.TransactionID)
-	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
-		return nil, err
-	}
 	rows, err := tx.Query(ctx, s.sql.resolveOffsets, pid, [][]byte{h[:]})
 	if err != nil {
 		return nil, err

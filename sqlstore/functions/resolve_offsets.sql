@@ -1,0 +1,34 @@
+-- queen.resolve_offsets: every stored offset of each hash of p_hashes in
+-- partition p_partition, as (i, msg_offset) rows (i the hash's 1-based index
+-- in p_hashes; a hash stored more than once, with dedup off, gives a row per
+-- copy). Acks, lookups, deletes and stream acks resolve transaction ids with
+-- it. Applied with CREATE OR REPLACE at every broker start; "queen." is
+-- replaced by the configured schema.
+--
+-- No window bound: a message older than the dedup window may still be
+-- unacked. The shape is queen.push_probe's full-window probe: the GIN index
+-- on hashes finds the rows, the partition filter is kept out of the index
+-- conditions, the rows' hashes are unnested once into c (MATERIALIZED) and
+-- hash-joined with the asked hashes. enable_nestloop = off is what keeps
+-- the join a hash join: the planner believes unnest() returns 10 rows and
+-- otherwise may pick a nested loop that compares every asked hash with every
+-- hash of every matching row (an ack of 1000 messages pushed together: a
+-- million comparisons). enable_seqscan = off: the GIN index, never a scan of
+-- the sidecar (the planner misjudges it when the hash arrays are stored out
+-- of line).
+CREATE OR REPLACE FUNCTION queen.resolve_offsets(p_partition uuid, p_hashes bytea[])
+RETURNS TABLE (i integer, msg_offset bigint)
+LANGUAGE sql STABLE
+SET jit = off
+SET enable_seqscan = off
+SET enable_nestloop = off
+AS $$
+    WITH c AS MATERIALIZED (
+        SELECT l.first_offset AS fo, m.h, m.o
+          FROM queen.log_txns l
+         CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
+         WHERE l.hashes && p_hashes
+           AND (l.partition_id = p_partition) IS TRUE)
+    SELECT h.i::integer, c.fo + c.o - 1
+      FROM c JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = c.h
+$$;
