@@ -49,6 +49,10 @@ type drainRun struct {
 	// sorted.
 	done     []time.Duration
 	empties  int64  // pops that answered 204 after their long poll
+	// oldestTx is the age of the oldest transaction holding a transaction
+	// id anywhere in the cluster, sampled every half second: the age of the
+	// horizon the consumer groups' catch-ups start from (pop_prepare).
+	oldestTx []time.Duration
 	loadAvg  string // /proc/loadavg at the start and at the end
 	res      *PhaseResult
 	complete bool
@@ -140,6 +144,11 @@ func (h *harness) consumeDrain(b *brokerProc, d *drainRun) {
 			}
 			if rss, err := readRSS(b.pid); err == nil {
 				rssMax, rssSeen = max(rssMax, rss), true
+			}
+			var age float64
+			if err := h.admin.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(xact_start)), 0)::float8
+				  FROM pg_stat_activity WHERE backend_xid IS NOT NULL`).Scan(&age); err == nil {
+				d.oldestTx = append(d.oldestTx, time.Duration(age*float64(time.Second)))
 			}
 			if n := acked.Load(); n != last {
 				last, lastAt = n, time.Now()
@@ -327,7 +336,16 @@ func (h *harness) writeDrain() (string, error) {
 	if loadHigh(d.loadAvg) {
 		b.WriteString(" (**loaded machine**)")
 	}
-	b.WriteString("\n\n")
+	b.WriteString("\n")
+	if len(d.oldestTx) > 0 {
+		sorted := slices.Sorted(slices.Values(d.oldestTx))
+		fmt.Fprintf(&b, "- Oldest transaction holding an id anywhere in the cluster during the drain (sampled every 0.5 s): median %s, max %s.\n"+
+			"  A consumer group's catch-up (`queen.pop_prepare`) rescans every partition pushed since the oldest transaction\n"+
+			"  running at its last look, so a transaction left open elsewhere (another run's index build, a test) makes\n"+
+			"  every pop rescan the backlog's partitions.\n",
+			sorted[len(sorted)/2].Round(time.Second), sorted[len(sorted)-1].Round(time.Second))
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "A fresh schema and broker (cache on, default configuration); %d messages pushed to each of %s partitions\n"+
 		"(%s messages, pushed in %s); then %d consumers run a Queen client's consume loop through the broker until the\n"+
 		"last message is acked: an any-partition pop (`batch=1`, a lease, `wait=true&timeout=%d`), then an ack of the\n"+
