@@ -54,6 +54,7 @@ type Scheduler struct {
 	interval time.Duration
 	next     atomic.Int64
 	stopped  atomic.Bool
+	granted  atomic.Bool // a slot was handed out
 }
 
 // NewScheduler makes a schedule running from start to end. rate is the
@@ -78,10 +79,18 @@ func (s *Scheduler) Interval() time.Duration { return s.interval }
 // Acquire blocks until the next slot is due and returns it, or returns
 // false when the run is over: the next slot's intended time is at or after
 // the end, or the clock has passed the end (slots due before the end but
-// not sent are the backlog: Planned minus the pushes sent).
+// not sent are the backlog: Planned minus the pushes sent). The run's
+// first slot is an exception: it is handed out however late it is asked
+// for (unless the run was stopped), so that every run sends at least one
+// push. A short run whose workers start late (a starved machine) would
+// otherwise measure nothing at all.
 func (s *Scheduler) Acquire() (Slot, bool) {
 	now := s.clock.Now()
-	if !now.Before(s.end) || s.stopped.Load() {
+	if s.stopped.Load() {
+		return Slot{}, false
+	}
+	first := s.granted.CompareAndSwap(false, true)
+	if !first && !now.Before(s.end) {
 		return Slot{}, false
 	}
 	if s.interval == 0 {
@@ -89,14 +98,14 @@ func (s *Scheduler) Acquire() (Slot, bool) {
 	}
 	seq := s.next.Add(1) - 1
 	intended := s.start.Add(time.Duration(seq) * s.interval)
-	if !intended.Before(s.end) {
+	if !first && !intended.Before(s.end) {
 		return Slot{}, false
 	}
 	if wait := intended.Sub(now); wait > 0 {
 		s.clock.Sleep(wait)
 		now = s.clock.Now()
 	}
-	if !now.Before(s.end) || s.stopped.Load() {
+	if !first && (!now.Before(s.end) || s.stopped.Load()) {
 		return Slot{}, false
 	}
 	return Slot{Seq: seq, Intended: intended, Start: now}, true

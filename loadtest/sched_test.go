@@ -194,3 +194,25 @@ func TestSchedulerSlotsAreSharedAcrossWorkers(t *testing.T) {
 		require.Equal(t, start.Add(time.Duration(seq)*time.Millisecond), at)
 	}
 }
+
+// A run whose workers ask for their first slot after the end (a short run
+// on a starved machine) still sends one push, in either loop; no more.
+func TestSchedulerFirstSlotEvenWhenLate(t *testing.T) {
+	t.Parallel()
+	for _, rate := range []float64{0, 100} {
+		clock := newFakeClock()
+		start := clock.Now()
+		s := NewScheduler(clock, start, start.Add(200*time.Millisecond), rate)
+		clock.Advance(time.Second)
+		slot, ok := s.Acquire()
+		require.True(t, ok, "rate %v: the first slot", rate)
+		require.Equal(t, int64(0), slot.Seq)
+		_, ok = s.Acquire()
+		require.False(t, ok, "rate %v: only the first", rate)
+	}
+	clock := newFakeClock()
+	s := NewScheduler(clock, clock.Now(), clock.Now().Add(time.Second), 0)
+	s.Stop()
+	_, ok := s.Acquire()
+	require.False(t, ok, "a stopped run sends nothing")
+}
