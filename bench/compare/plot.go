@@ -156,11 +156,16 @@ func drawScaleLabeled(path, title, sub, xlabel, thrTitle, p99Title string, xs []
 	c.logPanel(image.Rect(left, top, right, top+ph), thrTitle, xs, xl, thr, fmtRate)
 	c.logPanel(image.Rect(left, top+ph+gap, right, bottom), p99Title, xs, xl, p99, fmtMs)
 	c.Text(right-c.TextWidth(xlabel), h-6, xlabel, colMuted)
+	return writePNG(path, c.Img)
+}
+
+// writePNG encodes img into the file at path.
+func writePNG(path string, img image.Image) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := png.Encode(f, c.Img); err != nil {
+	if err := png.Encode(f, img); err != nil {
 		f.Close()
 		return err
 	}

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
-	"image/png"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,8 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/regina-mq/regina/internal/chart"
 )
@@ -47,8 +42,8 @@ type drainRun struct {
 	backlogTime                time.Duration
 	// done holds every acked message's ack time since the drain started,
 	// sorted.
-	done     []time.Duration
-	empties  int64  // pops that answered 204 after their long poll
+	done    []time.Duration
+	empties int64 // pops that answered 204 after their long poll
 	// oldestTx is the age of the oldest transaction holding a transaction
 	// id anywhere in the cluster, sampled every half second: the age of the
 	// horizon the consumer groups' catch-ups start from (pop_prepare).
@@ -205,81 +200,34 @@ func (h *harness) consumeDrain(b *brokerProc, d *drainRun) {
 		fmtRate(first), fmtRate(last), fmtMs(res.P50), fmtMs(res.P99), d.empties, res.Errors, cpuLine(res.CPU))
 }
 
-// drainConsumer is a Queen client's consume loop: an any-partition pop
-// (batch 1, a lease, a long poll), then an ack of the message that came.
-// It records each pop's latency (pops that answered a message) and, for
-// each message acked, the time since start; acked is called after each.
+// drainConsumer is a Queen client's consume loop (a long poll): it
+// records each pop's latency (pops that answered a message) and, for each
+// message acked, the time since start; acked is called after each.
 func drainConsumer(ctx context.Context, baseURL string, start time.Time, rec *workerRec, done *[]time.Duration, empties *int64, acked func()) {
-	hc := newHTTPClient(baseURL)
-	defer hc.hc.CloseIdleConnections()
-	popURI := baseURL + "/api/v1/pop/queue/" + drainQueue + "?batch=1&wait=true&timeout=" + strconv.Itoa(drainWaitMs)
-	ackURI := baseURL + "/api/v1/ack"
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	var ack []byte
-	// pause after a failure, or until the drain ends.
-	pause := func() {
-		t := time.NewTimer(50 * time.Millisecond)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-	}
+	c := newConsumer(baseURL, drainQueue, "wait=true&timeout="+strconv.Itoa(drainWaitMs))
+	defer c.close()
 	for ctx.Err() == nil {
-		req.Reset()
-		req.Header.SetMethod(fasthttp.MethodGet)
-		req.SetRequestURI(popURI)
-		t0 := time.Now()
-		err := hc.hc.Do(req, resp)
-		t1 := time.Now()
+		out, t0, t1 := c.step(rec)
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			rec.fail(err)
-			pause()
-			continue
-		}
-		switch resp.StatusCode() {
-		case http.StatusNoContent:
+		switch out {
+		case popFailed:
+			pause := time.NewTimer(50 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-pause.C:
+			}
+			pause.Stop()
+		case popEmpty:
 			*empties++
-			continue
-		case http.StatusOK:
-		default:
-			rec.fail(fmt.Errorf("pop: HTTP %d: %s", resp.StatusCode(), tailString(string(resp.Body()), 200)))
-			pause()
-			continue
+		case popGot, popAcked:
+			rec.lat = append(rec.lat, uint32(min(max(t1.Sub(t0).Microseconds(), 0), 1<<32-1)))
+			if out == popAcked {
+				*done = append(*done, time.Since(start))
+				acked()
+			}
 		}
-		var a popAnswer
-		if err := json.Unmarshal(resp.Body(), &a); err != nil {
-			rec.fail(fmt.Errorf("pop answer: %w", err))
-			continue
-		}
-		if len(a.Messages) != 1 {
-			rec.fail(fmt.Errorf("pop answer with %d messages, want 1", len(a.Messages)))
-			continue
-		}
-		rec.lat = append(rec.lat, uint32(min(max(t1.Sub(t0).Microseconds(), 0), 1<<32-1)))
-		ack = fmt.Appendf(ack[:0], `{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"completed"}`,
-			a.Messages[0].TransactionID, a.PartitionID, a.LeaseID)
-		req.Reset()
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.SetRequestURI(ackURI)
-		req.Header.SetContentType("application/json")
-		req.SetBody(ack)
-		if err := hc.hc.Do(req, resp); err != nil {
-			rec.fail(err)
-			continue
-		}
-		if resp.StatusCode() != http.StatusOK {
-			rec.fail(fmt.Errorf("ack: HTTP %d: %s", resp.StatusCode(), tailString(string(resp.Body()), 200)))
-			continue
-		}
-		*done = append(*done, time.Since(start))
-		acked()
 	}
 }
 
@@ -469,13 +417,5 @@ func (h *harness) drawDrain(path string, d *drainRun) error {
 	c.DrawPanel(chart.Panel{Rect: image.Rect(left, top+ph+gap, right, bottom), Title: "backlog left (messages)", XMax: xMax, Lines: []chart.Series{left0}})
 	xl := "seconds since the consumers started"
 	c.Text(right-c.TextWidth(xl), ht-6, xl, chart.ColMuted)
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, c.Img); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writePNG(path, c.Img)
 }

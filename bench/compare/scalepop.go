@@ -202,63 +202,104 @@ type popAnswer struct {
 // consumer, and an empty answer is then right.
 func (h *harness) popWork(baseURL string, consumers int) workFunc {
 	return func(ctx context.Context, _ int, pc *phaseClock, rec *workerRec) {
-		hc := newHTTPClient(baseURL)
-		defer hc.hc.CloseIdleConnections()
-		popURI := baseURL + "/api/v1/pop/queue/" + popQueue + "?batch=1&wait=false"
-		ackURI := baseURL + "/api/v1/ack"
-		req := fasthttp.AcquireRequest()
-		resp := fasthttp.AcquireResponse()
-		defer fasthttp.ReleaseRequest(req)
-		defer fasthttp.ReleaseResponse(resp)
-		var ack []byte
+		c := newConsumer(baseURL, popQueue, "wait=false")
+		defer c.close()
 		for running(ctx, pc) {
-			req.Reset()
-			req.Header.SetMethod(fasthttp.MethodGet)
-			req.SetRequestURI(popURI)
-			t0 := time.Now()
-			err := hc.hc.Do(req, resp)
-			t1 := time.Now()
-			if err != nil {
-				rec.fail(err)
+			switch out, t0, t1 := c.step(rec); out {
+			case popFailed:
 				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			switch resp.StatusCode() {
-			case http.StatusNoContent:
+			case popEmpty:
 				if consumers == 1 && pc.in(t1) {
 					rec.anomalies++ // not an op: its latency is not a pop's
 				}
-				continue
-			case http.StatusOK:
-			default:
-				rec.fail(fmt.Errorf("pop: HTTP %d: %s", resp.StatusCode(), tailString(string(resp.Body()), 200)))
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			var a popAnswer
-			if err := json.Unmarshal(resp.Body(), &a); err != nil {
-				rec.fail(fmt.Errorf("pop answer: %w", err))
-				continue
-			}
-			if len(a.Messages) != 1 {
-				rec.fail(fmt.Errorf("pop answer with %d messages, want 1", len(a.Messages)))
-				continue
-			}
-			rec.record(pc, t0, t1, 1, 0)
-			ack = fmt.Appendf(ack[:0], `{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"completed"}`,
-				a.Messages[0].TransactionID, a.PartitionID, a.LeaseID)
-			req.Reset()
-			req.Header.SetMethod(fasthttp.MethodPost)
-			req.SetRequestURI(ackURI)
-			req.Header.SetContentType("application/json")
-			req.SetBody(ack)
-			if err := hc.hc.Do(req, resp); err != nil {
-				rec.fail(err)
-			} else if resp.StatusCode() != http.StatusOK {
-				rec.fail(fmt.Errorf("ack: HTTP %d: %s", resp.StatusCode(), tailString(string(resp.Body()), 200)))
+			case popGot, popAcked:
+				rec.record(pc, t0, t1, 1, 0)
 			}
 		}
 	}
+}
+
+// popOutcome is what one step of a consume loop came to.
+type popOutcome int
+
+const (
+	popFailed popOutcome = iota // the pop failed (recorded)
+	popEmpty                    // the pop answered 204
+	popGot                      // a message came, its ack failed (recorded)
+	popAcked                    // a message came and was acked
+)
+
+// consumer is one connection running a Queen client's consume loop:
+// any-partition pops of one message (with a lease), each followed by the
+// ack of what came.
+type consumer struct {
+	hc             *httpClient
+	popURI, ackURI string
+	req            *fasthttp.Request
+	resp           *fasthttp.Response
+	ack            []byte
+}
+
+// newConsumer makes a consumer of queue; wait is the pop's waiting
+// parameters (wait=false, or wait=true&timeout=N).
+func newConsumer(baseURL, queue, wait string) *consumer {
+	return &consumer{hc: newHTTPClient(baseURL), popURI: baseURL + "/api/v1/pop/queue/" + queue + "?batch=1&" + wait,
+		ackURI: baseURL + "/api/v1/ack", req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse()}
+}
+
+func (c *consumer) close() {
+	c.hc.hc.CloseIdleConnections()
+	fasthttp.ReleaseRequest(c.req)
+	fasthttp.ReleaseResponse(c.resp)
+}
+
+// step pops one message and acks it. It returns what came of it and when
+// the pop request started and ended; failures are recorded in rec.
+func (c *consumer) step(rec *workerRec) (out popOutcome, t0, t1 time.Time) {
+	req, resp := c.req, c.resp
+	req.Reset()
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.SetRequestURI(c.popURI)
+	t0 = time.Now()
+	err := c.hc.hc.Do(req, resp)
+	t1 = time.Now()
+	if err != nil {
+		rec.fail(err)
+		return popFailed, t0, t1
+	}
+	switch resp.StatusCode() {
+	case http.StatusNoContent:
+		return popEmpty, t0, t1
+	case http.StatusOK:
+	default:
+		rec.fail(fmt.Errorf("pop: HTTP %d: %s", resp.StatusCode(), tailString(string(resp.Body()), 200)))
+		return popFailed, t0, t1
+	}
+	var a popAnswer
+	if err := json.Unmarshal(resp.Body(), &a); err != nil {
+		rec.fail(fmt.Errorf("pop answer: %w", err))
+		return popFailed, t0, t1
+	}
+	if len(a.Messages) != 1 {
+		rec.fail(fmt.Errorf("pop answer with %d messages, want 1", len(a.Messages)))
+		return popFailed, t0, t1
+	}
+	c.ack = fmt.Appendf(c.ack[:0], `{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"completed"}`,
+		a.Messages[0].TransactionID, a.PartitionID, a.LeaseID)
+	req.Reset()
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(c.ackURI)
+	req.Header.SetContentType("application/json")
+	req.SetBody(c.ack)
+	if err := c.hc.hc.Do(req, resp); err != nil {
+		rec.fail(err)
+		return popGot, t0, t1
+	}
+	if resp.StatusCode() != http.StatusOK {
+		rec.fail(fmt.Errorf("ack: HTTP %d: %s", resp.StatusCode(), tailString(string(resp.Body()), 200)))
+		return popGot, t0, t1
+	}
+	return popAcked, t0, t1
 }
 
 // runPopRound runs the pop phase of every point for round r: a fresh broker,
