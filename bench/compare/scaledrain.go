@@ -33,6 +33,10 @@ const (
 	drainStall = 2 * time.Minute
 )
 
+// txSample is one reading of the cluster's oldest transaction: when
+// (since the drain started) and its age.
+type txSample struct{ at, age time.Duration }
+
 func drainPoint(n int) string { return "drain_partitions=" + strconv.Itoa(n) }
 
 // drainRun is what the drain phase measured.
@@ -47,7 +51,7 @@ type drainRun struct {
 	// oldestTx is the age of the oldest transaction holding a transaction
 	// id anywhere in the cluster, sampled every half second: the age of the
 	// horizon the consumer groups' catch-ups start from (pop_prepare).
-	oldestTx []time.Duration
+	oldestTx []txSample
 	loadAvg  string // /proc/loadavg at the start and at the end
 	res      *PhaseResult
 	complete bool
@@ -143,7 +147,7 @@ func (h *harness) consumeDrain(b *brokerProc, d *drainRun) {
 			var age float64
 			if err := h.admin.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(xact_start)), 0)::float8
 				  FROM pg_stat_activity WHERE backend_xid IS NOT NULL`).Scan(&age); err == nil {
-				d.oldestTx = append(d.oldestTx, time.Duration(age*float64(time.Second)))
+				d.oldestTx = append(d.oldestTx, txSample{at: time.Since(start), age: time.Duration(age * float64(time.Second))})
 			}
 			if n := acked.Load(); n != last {
 				last, lastAt = n, time.Now()
@@ -261,6 +265,28 @@ func (d *drainRun) tenth(k int) float64 {
 	return float64(hi-lo) / span
 }
 
+// rateWhile returns the acked msgs/s over the half-second intervals that
+// began with a reading of the oldest transaction's age satisfying cond, and
+// how long those intervals lasted.
+func (d *drainRun) rateWhile(cond func(time.Duration) bool) (float64, time.Duration) {
+	var n int
+	var span time.Duration
+	for i := 0; i+1 < len(d.oldestTx); i++ {
+		from, to := d.oldestTx[i].at, d.oldestTx[i+1].at
+		if !cond(d.oldestTx[i].age) {
+			continue
+		}
+		lo, _ := slices.BinarySearch(d.done, from)
+		hi, _ := slices.BinarySearch(d.done, to)
+		n += hi - lo
+		span += to - from
+	}
+	if span <= 0 {
+		return 0, 0
+	}
+	return float64(n) / span.Seconds(), span
+}
+
 // plotDir is -plot-dir, relative to the repository root.
 func (h *harness) plotDir() string {
 	if filepath.IsAbs(h.cfg.plotDir) {
@@ -286,12 +312,20 @@ func (h *harness) writeDrain() (string, error) {
 	}
 	b.WriteString("\n")
 	if len(d.oldestTx) > 0 {
-		sorted := slices.Sorted(slices.Values(d.oldestTx))
+		ages := make([]time.Duration, len(d.oldestTx))
+		for i, s := range d.oldestTx {
+			ages[i] = s.age
+		}
+		slices.Sort(ages)
 		fmt.Fprintf(&b, "- Oldest transaction holding an id anywhere in the cluster during the drain (sampled every 0.5 s): median %s, max %s.\n"+
 			"  A consumer group's catch-up (`queen.pop_prepare`) rescans every partition pushed since the oldest transaction\n"+
-			"  running at its last look, so a transaction left open elsewhere (another run's index build, a test) makes\n"+
-			"  every pop rescan the backlog's partitions.\n",
-			sorted[len(sorted)/2].Round(time.Second), sorted[len(sorted)-1].Round(time.Second))
+			"  running at its last look, so a transaction left open elsewhere (another run's preload or index build, a test)\n"+
+			"  makes every pop rescan the backlog's partitions.",
+			ages[len(ages)/2].Round(time.Second), ages[len(ages)-1].Round(time.Second))
+		young, yt := d.rateWhile(func(age time.Duration) bool { return age < 10*time.Second })
+		old, ot := d.rateWhile(func(age time.Duration) bool { return age >= time.Minute })
+		fmt.Fprintf(&b, " Acked msgs/s while that transaction was younger than 10 s: %s (over %s);\n"+
+			"  while it was a minute old or more: %s (over %s).\n", fmtRate(young), yt.Round(time.Second), fmtRate(old), ot.Round(time.Second))
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "A fresh schema and broker (cache on, default configuration); %d messages pushed to each of %s partitions\n"+
@@ -382,10 +416,11 @@ func drainBuckets(done []time.Duration) (xs, ys []float64) {
 	}
 }
 
-// drawDrain writes a 900x640 PNG: msgs/s over the drain (per bucket, and
-// per tenth of the backlog) on top, messages left below.
+// drawDrain writes a 900x900 PNG: msgs/s over the drain (per bucket, and
+// per tenth of the backlog) on top, messages left below, and the age of the
+// oldest transaction in the cluster at the bottom.
 func (h *harness) drawDrain(path string, d *drainRun) error {
-	const w, ht = 900, 640
+	const w, ht = 900, 900
 	c := chart.New(w, ht)
 	c.Fill(c.Img.Bounds(), chart.ColBG)
 	title := fmt.Sprintf("Regina: draining %s messages from %s partitions", shortCount(d.total), shortCount(d.partitions))
@@ -393,7 +428,7 @@ func (h *harness) drawDrain(path string, d *drainRun) error {
 	c.Text((w-c.TextWidth(title))/2, 18, title, chart.ColText)
 	c.Text((w-c.TextWidth(sub))/2, 36, sub, chart.ColMuted)
 	left, right, top, bottom, gap := 72, w-30, 72, ht-44, 56
-	ph := (bottom - top - gap) / 2
+	ph := (bottom - top - 2*gap) / 3
 	xs, ys := drainBuckets(d.done)
 	xMax := 1.0
 	if len(xs) > 0 {
@@ -414,7 +449,16 @@ func (h *harness) drawDrain(path string, d *drainRun) error {
 		left0.Y = append(left0.Y, left0.Y[i]-ys[i]*(x-left0.X[i]))
 	}
 	c.DrawPanel(chart.Panel{Rect: image.Rect(left, top, right, top+ph), Title: "msgs/s acked", XMax: xMax, Lines: []chart.Series{rate, tenths}})
-	c.DrawPanel(chart.Panel{Rect: image.Rect(left, top+ph+gap, right, bottom), Title: "backlog left (messages)", XMax: xMax, Lines: []chart.Series{left0}})
+	c.DrawPanel(chart.Panel{Rect: image.Rect(left, top+ph+gap, right, top+2*ph+gap), Title: "backlog left (messages)", XMax: xMax, Lines: []chart.Series{left0}})
+	oldest := chart.Series{Name: "seconds", Col: color.RGBA{120, 120, 120, 255}}
+	for _, s := range d.oldestTx {
+		if s.at.Seconds() <= xMax {
+			oldest.X = append(oldest.X, s.at.Seconds())
+			oldest.Y = append(oldest.Y, s.age.Seconds())
+		}
+	}
+	c.DrawPanel(chart.Panel{Rect: image.Rect(left, top+2*ph+2*gap, right, bottom),
+		Title: "age of the oldest transaction in the cluster (the catch-ups' horizon)", XMax: xMax, Lines: []chart.Series{oldest}})
 	xl := "seconds since the consumers started"
 	c.Text(right-c.TextWidth(xl), ht-6, xl, chart.ColMuted)
 	return writePNG(path, c.Img)

@@ -29,6 +29,16 @@ func TestDrainTenthsAndBuckets(t *testing.T) {
 	require.InDelta(t, 0.1, d.tenth(9)/d.tenth(0), 0.001)
 	require.Zero(t, (&drainRun{done: d.done[:9]}).tenth(0), "fewer than ten acks have no tenths")
 
+	// Acks by the age of the cluster's oldest transaction: young over the
+	// first half second, a minute old after it.
+	d.oldestTx = []txSample{{0, time.Second}, {500 * time.Millisecond, 70 * time.Second}, {5500 * time.Millisecond, time.Second}}
+	young, yt := d.rateWhile(func(a time.Duration) bool { return a < 10*time.Second })
+	old, ot := d.rateWhile(func(a time.Duration) bool { return a >= time.Minute })
+	require.InDelta(t, 98.0, young, 0.01, "49 acks in [0, 0.5 s)")
+	require.Equal(t, 500*time.Millisecond, yt)
+	require.InDelta(t, 10.0, old, 0.01, "50 acks in [0.5 s, 5.5 s)")
+	require.Equal(t, 5*time.Second, ot)
+
 	xs, ys := drainBuckets(d.done)
 	require.Len(t, ys, len(xs))
 	total := 0.0
