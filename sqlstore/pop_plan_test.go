@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/reginatype"
@@ -40,9 +41,9 @@ func planBuffers(t *testing.T, plan []byte) (int, string) {
 // readyQueue makes a queue of n partitions, one message each, read to the
 // end by queue mode; withWork then marks 1% of them (at least one) as having
 // unread work in the ready index, as a catch-up would (no segment behind
-// it: only the candidate query is run on it). It returns the store and
-// schema.
-func readyQueue(t *testing.T, n int, withWork bool) (*sqlstore.Store, string) {
+// it: only the candidate query is run on it). It returns the store, the
+// schema and a plain pool.
+func readyQueue(t *testing.T, n int, withWork bool) (*sqlstore.Store, string, *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
 	st := sqlstoretest.Open(t)
@@ -65,7 +66,7 @@ func readyQueue(t *testing.T, n int, withWork bool) (*sqlstore.Store, string) {
 	}
 	q := func(s string) string { return strings.ReplaceAll(s, "queen.", pgx.Identifier{schema}.Sanitize()+".") }
 	if !withWork {
-		return st, schema
+		return st, schema, pool
 	}
 	// The work has waited since before the history was read, so it comes
 	// first in the ready index, ahead of the entries of the cursor rows'
@@ -79,19 +80,31 @@ func readyQueue(t *testing.T, n int, withWork bool) (*sqlstore.Store, string) {
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, q(`ANALYZE queen.consumers; ANALYZE queen.partitions`))
 	require.NoError(t, err)
-	return st, schema
+	return st, schema, pool
+}
+
+// eachSize runs f for 100 and 10,000 partitions, each in a subtest of its
+// own, so that one size's store and pools are closed before the next size
+// opens its own (run in one test, the sizes of the two tests below held 20
+// connections together, the most of the package: test packages share
+// PostgreSQL's 100 connections with each other and with benchmarks).
+func eachSize(t *testing.T, f func(t *testing.T, n int)) {
+	for _, n := range []int{100, 10000} {
+		t.Run(fmt.Sprintf("%d_partitions", n), func(t *testing.T) { f(t, n) })
+	}
 }
 
 // TestPopCandidatesCostIsFlat: the any-partition pop's candidate query reads
 // the same number of buffers with 100 and with 10,000 partitions (1% holding
 // work): it walks the ready index, not the partitions.
+//
+//nolint:tparallel // the sizes run one after the other, each closing its pools first (eachSize)
 func TestPopCandidatesCostIsFlat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	bufs := map[int]int{}
-	for _, n := range []int{100, 10000} {
-		_, schema := readyQueue(t, n, true)
-		pool := sqlstoretest.Pool(t)
+	eachSize(t, func(t *testing.T, n int) {
+		_, schema, pool := readyQueue(t, n, true)
 		var qid [16]byte
 		require.NoError(t, pool.QueryRow(ctx, fmt.Sprintf(`SELECT id FROM %s.queues WHERE name = 'wide'`,
 			pgx.Identifier{schema}.Sanitize())).Scan(&qid))
@@ -108,7 +121,7 @@ func TestPopCandidatesCostIsFlat(t *testing.T) {
 		require.Contains(t, text, "consumers_ready", text)
 		bufs[n] = b
 		t.Logf("%d partitions: %d buffers", n, b)
-	}
+	})
 	require.LessOrEqual(t, bufs[10000], bufs[100]+4, "candidate query buffers: %v", bufs)
 }
 
@@ -116,12 +129,14 @@ func TestPopCandidatesCostIsFlat(t *testing.T) {
 // last look, queen.pop_prepare (the group's catch-up) reads about the same
 // number of buffers with 100 and with 10,000 partitions: it looks at the
 // partitions pushed since, not at all of them.
+//
+//nolint:tparallel // the sizes run one after the other, each closing its pools first (eachSize)
 func TestPopCatchUpCostIsFlat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	bufs := map[int]int{}
-	for _, n := range []int{100, 10000} {
-		st, schema := readyQueue(t, n, false)
+	eachSize(t, func(t *testing.T, n int) {
+		st, schema, pool := readyQueue(t, n, false)
 		var notices []string
 		obs, done, err := st.Observed(ctx, func(ctx context.Context, c *pgx.Conn) error {
 			for _, s := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
@@ -135,7 +150,6 @@ func TestPopCatchUpCostIsFlat(t *testing.T) {
 			return nil
 		}, func(n *pgconn.Notice) { notices = append(notices, n.Message) })
 		require.NoError(t, err)
-		pool := sqlstoretest.Pool(t)
 		// The group's last look saw every partition: its horizon is now.
 		// pop_prepare takes the horizon from the oldest transaction running
 		// anywhere in the cluster, which other tests' transactions hold
@@ -174,7 +188,7 @@ func TestPopCatchUpCostIsFlat(t *testing.T) {
 		require.Positive(t, total, "no plan of pop_prepare among %d notices", len(notices))
 		bufs[n] = total
 		t.Logf("%d partitions: %d buffers in pop_prepare", n, total)
-	}
+	})
 	// 100x the partitions may add a level to each index it probes, and page
 	// splits and dead tuples vary from run to run; scanning the queue would
 	// read thousands of buffers.
