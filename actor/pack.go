@@ -59,7 +59,12 @@ func (k *packer) push(p *packed, b *reginatype.PushBatch) (reginatype.PushResult
 	p.b = b
 	k.mu.Lock()
 	k.queue = append(k.queue, p)
-	start := k.senders < k.maxSenders
+	// A batch whose read-only proof is all it needs (the cache named its
+	// originals) starts a sender only when none runs: a running one takes it
+	// with the next round trip, so that a retry storm's proofs share round
+	// trips (a proof costs PostgreSQL about as much for one batch as for
+	// several; measured) instead of each taking one of its own.
+	start := k.senders < k.maxSenders && (k.senders == 0 || !readOnlyProof(b))
 	if start {
 		k.senders++
 	}
@@ -71,6 +76,12 @@ func (k *packer) push(p *packed, b *reginatype.PushBatch) (reginatype.PushResult
 	res, err := p.res, p.err
 	p.b, p.res, p.err = nil, reginatype.PushResult{}, nil
 	return res, err
+}
+
+// readOnlyProof reports whether b goes to the read-only duplicate proof
+// first (see sqlstore.Store.PushMany).
+func readOnlyProof(b *reginatype.PushBatch) bool {
+	return b.ExpectDuplicates && len(b.Originals) == len(b.Hashes)
 }
 
 // send runs packed transactions while batches are queued.

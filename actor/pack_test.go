@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
 )
 
@@ -73,4 +74,41 @@ func TestLoneBatchDoesNotWaitForPacking(t *testing.T) {
 		t.Fatal("the held push returned")
 	default:
 	}
+}
+
+// A batch that only needs the read-only duplicate proof (the cache named its
+// originals) starts no sender of its own while one runs: it waits for that
+// sender's next round trip, so that a storm's proofs share round trips. A
+// batch to be written still starts one at once.
+func TestReadOnlyProofsShareTheRunningSender(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{PackSenders: 4})
+	g, release := b.holdCalls("push")
+	first := b.pushAsync(context.Background(), group("q", "held", "h"))
+	g.waitArrival(t) // one sender, inside the store
+	k := b.reg.pack
+	state := func() (queued, senders int) {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return len(k.queue), k.senders
+	}
+	proof := &reginatype.PushBatch{ExpectDuplicates: true, Originals: []int64{0}}
+	proof.Add(partition.HashTxID("p"), partition.NewV7(), &partition.Body{TransactionID: "p", Payload: []byte(`{}`)})
+	proved := make(chan error, 1)
+	go func() {
+		_, err := k.push(&packed{done: make(chan struct{}, 1)}, proof)
+		proved <- err
+	}()
+	require.Eventually(t, func() bool { q, _ := state(); return q == 1 }, 30*time.Second, time.Millisecond)
+	q, senders := state()
+	require.Equal(t, 1, q, "the proof waits in the queue")
+	require.Equal(t, 1, senders, "the proof started no sender")
+
+	other := b.pushAsync(context.Background(), group("q", "other", "x"))
+	require.Eventually(t, func() bool { _, s := state(); return s == 2 }, 30*time.Second, time.Millisecond,
+		"a batch to be written starts a sender at once")
+	release()
+	waitDone(t, first)
+	waitDone(t, other)
+	<-proved // answered by the running sender's next round trip (the fake store knows no such partition)
 }

@@ -171,7 +171,7 @@ type Stats struct {
 	// UnlockedDups counts the batches answered all-duplicate by the
 	// read-only fast path (no row lock, no transaction id), of which
 	// UnlockedByOriginals were proven by reading the segments the dedup
-	// cache named (queen.push_dups_packed, packed with other partitions'
+	// cache named (queen.push_dups_segments, packed with other partitions'
 	// batches) and the others by a window probe of their own
 	// (queen.push_dups); FastPathMisses counts the batches that tried it
 	// and went on to the locked transaction.
@@ -338,7 +338,7 @@ func (r *Registry) packedBatches() uint64 {
 // the read-only duplicate path without the cache naming its originals
 // (push_dups, a window probe of its own). A batch whose originals the cache
 // names goes through the packer too: its read-only proof travels with the
-// other partitions' (queen.push_dups_packed).
+// other partitions' (queen.push_dups_segments).
 func (r *Registry) storePush(ctx context.Context, a *actor, b *reginatype.PushBatch) (reginatype.PushResult, error) {
 	if r.pack == nil || (b.ExpectDuplicates && len(b.Originals) != len(b.Hashes)) {
 		return r.store.Push(ctx, b)

@@ -66,7 +66,7 @@ type PushBatch struct {
 	// Originals, when as long as Hashes (only with ExpectDuplicates), are
 	// the dedup cache's offsets of the segments holding each hash's
 	// original, computed under Epoch (cache.WatermarkOriginals): the store
-	// then proves the verdicts by reading those rows (queen.push_dups_packed,
+	// then proves the verdicts by reading those rows (queen.push_dups_segments,
 	// with other partitions' batches) instead of probing the window. A
 	// promise like Watermark, not a proof: what the rows do not confirm
 	// takes the locked path. Empty otherwise.

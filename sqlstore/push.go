@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -128,103 +129,166 @@ func provable(b *reginatype.PushBatch, epoch uint64) bool {
 		len(b.Originals) == len(b.Hashes) && b.Epoch == epoch
 }
 
-// proveDuplicates runs queen.push_dups_packed once for every batch of bs that
-// is provable (the others are left alone) and, for each one the snapshot
-// proves all duplicate, sets proven[i] and res[i] (Unlocked, with the
-// originals' ids, times and fingerprints, as push_segment would answer).
-// Nothing is written, so on an error nothing is proven and the caller may
-// take the locked path (or report the error).
+// proveDuplicates proves, in one round trip for all of them, the batches of
+// bs that are provable (the others are left alone): it reads every segment
+// their items name (queen.push_dups_segments: one key lookup each) and sets
+// proven[i] and res[i] (Unlocked, with the originals' ids, stored times and
+// fingerprints, as push_segment would answer) for each batch whose every
+// item it finds: the partition exists, its window is on and not larger than
+// the hint, its payload check agrees with the batch, and each item's hash is
+// in the committed in-window log_txns row at the offset the cache named (its
+// original is the hash's first position there). Nothing is written, so on an
+// error nothing is proven and the caller may take the locked path (or
+// report the error).
 func (s *Store) proveDuplicates(ctx context.Context, conn *pgxpool.Conn, epoch uint64, bs []*reginatype.PushBatch,
 	res []reginatype.PushResult, proven []bool) error {
+	type segKey struct {
+		batch  int
+		offset int64
+	}
 	var (
-		parts   [][16]byte
-		hints   []int32
-		hasFps  []bool
-		counts  []int32
-		batch   []int32
-		hashes  [][]byte
-		origs   []int64
-		segK    []int32
-		segOffs []int64
-		which   []int // which[k-1] is the index in bs of the statement's batch k
+		parts [][16]byte
+		offs  []int64
+		index = map[segKey]int{}
 	)
 	for i, b := range bs {
 		if !provable(b, epoch) {
 			continue
 		}
-		which = append(which, i)
-		k := int32(len(which))
-		parts = append(parts, b.Partition)
-		hints = append(hints, int32(b.WindowHint))
-		hasFps = append(hasFps, b.Fingerprints != nil)
-		counts = append(counts, int32(len(b.Hashes)))
 		for j, o := range b.Originals {
-			batch = append(batch, k)
-			// A retry usually repeats one earlier push: runs of items
-			// name one segment (SQL drops the repeats that remain).
-			if j == 0 || o != b.Originals[j-1] {
-				segK = append(segK, k)
-				segOffs = append(segOffs, o)
+			if j > 0 && o == b.Originals[j-1] {
+				continue // a retry usually repeats one earlier push: runs of one segment
+			}
+			if _, ok := index[segKey{i, o}]; !ok {
+				index[segKey{i, o}] = len(offs)
+				parts = append(parts, b.Partition)
+				offs = append(offs, o)
 			}
 		}
-		hashes = append(hashes, b.Hashes...)
-		origs = append(origs, b.Originals...)
 	}
-	if len(which) == 0 {
+	if len(offs) == 0 {
 		return nil
 	}
-	rows, err := conn.Query(ctx, s.sql.pushDupsPacked, parts, hints, hasFps, counts, batch, hashes, origs, segK, segOffs)
+	segs, err := s.readDupSegments(ctx, conn, parts, offs)
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	var (
-		got    []reginatype.PushResult
-		gotIdx []int
-	)
-	for rows.Next() {
-		var (
-			k       int32
-			ok      bool
-			win     *int32
-			check   *string
-			created time.Time
-			ids     []byte
-			dupAt   []time.Time
-			dupFps  []*int64
-		)
-		if err := rows.Scan(&k, &ok, &win, &check, &created, &ids, &dupAt, &dupFps); err != nil {
-			return err
-		}
-		if k < 1 || int(k) > len(which) {
-			return fmt.Errorf("push_dups_packed: batch %d of %d", k, len(which))
-		}
-		i := which[k-1]
-		n := len(bs[i].Hashes)
-		if !ok {
+	for i, b := range bs {
+		if !provable(b, epoch) {
 			continue
 		}
-		if win == nil || check == nil || len(ids) != 16*n || len(dupAt) != n || len(dupFps) != n {
-			return fmt.Errorf("push_dups_packed: batch %d proven with %d ids, %d times, %d fingerprints for %d items",
-				k, len(ids)/16, len(dupAt), len(dupFps), n)
+		if r, ok := proveBatch(b, epoch, func(j int) *dupSegment { return &segs[index[segKey{i, b.Originals[j]}]] }); ok {
+			res[i], proven[i] = r, true
 		}
-		r := reginatype.PushResult{WindowSeconds: int(*win), PayloadCheck: *check, FirstOffset: -1, CreatedAt: created,
-			DupIndex: make([]int, n), DupOriginal: make([]partition.UUID, n), DupCreated: dupAt, DupFingerprint: dupFps,
-			Epoch: epoch, Unlocked: true}
-		for j := range n {
-			r.DupIndex[j] = j
-			copy(r.DupOriginal[j][:], ids[16*j:])
-		}
-		got = append(got, r)
-		gotIdx = append(gotIdx, i)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for n, i := range gotIdx {
-		res[i], proven[i] = got[n], true
 	}
 	return nil
+}
+
+// dupSegment is one row of queen.push_dups_segments: a segment an item's
+// original is in (found false: no row, so nothing in it proves anything).
+type dupSegment struct {
+	found   bool
+	window  int32
+	check   string
+	now     time.Time
+	created time.Time
+	hashes  [][]byte
+	fps     []*int64
+	ids     []byte
+	// pos maps a hash to its first position, built for large segments.
+	pos map[[16]byte]int
+}
+
+// position returns the first position of h in the segment's hashes, -1
+// when it holds none.
+func (g *dupSegment) position(h []byte) int {
+	if len(g.hashes) <= 32 {
+		for p, x := range g.hashes {
+			if bytes.Equal(x, h) {
+				return p
+			}
+		}
+		return -1
+	}
+	if g.pos == nil {
+		g.pos = make(map[[16]byte]int, len(g.hashes))
+		for p, x := range g.hashes {
+			if len(x) != 16 {
+				continue
+			}
+			if _, seen := g.pos[[16]byte(x)]; !seen {
+				g.pos[[16]byte(x)] = p
+			}
+		}
+	}
+	if len(h) != 16 {
+		return -1
+	}
+	if p, ok := g.pos[[16]byte(h)]; ok {
+		return p
+	}
+	return -1
+}
+
+// readDupSegments runs queen.push_dups_segments: segs[k] is the row of
+// (parts[k], offs[k]).
+func (s *Store) readDupSegments(ctx context.Context, conn *pgxpool.Conn, parts [][16]byte, offs []int64) ([]dupSegment, error) {
+	rows, err := conn.Query(ctx, s.sql.pushDupsSegments, parts, offs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	segs := make([]dupSegment, len(offs))
+	for rows.Next() {
+		var (
+			k int32
+			g dupSegment
+		)
+		if err := rows.Scan(&k, &g.window, &g.check, &g.now, &g.created, &g.hashes, &g.fps, &g.ids); err != nil {
+			return nil, err
+		}
+		if k < 1 || int(k) > len(segs) || segs[k-1].found {
+			return nil, fmt.Errorf("push_dups_segments: row %d of %d", k, len(segs))
+		}
+		g.found = true
+		segs[k-1] = g
+	}
+	return segs, rows.Err()
+}
+
+// proveBatch answers b from the segments its items name (seg(j) for item
+// j), or reports that they do not prove it all duplicate.
+func proveBatch(b *reginatype.PushBatch, epoch uint64, seg func(j int) *dupSegment) (reginatype.PushResult, bool) {
+	n := len(b.Hashes)
+	r := reginatype.PushResult{FirstOffset: -1, Epoch: epoch, Unlocked: true,
+		DupIndex: make([]int, n), DupOriginal: make([]partition.UUID, n), DupCreated: make([]time.Time, n),
+		DupFingerprint: make([]*int64, n)}
+	for j := range n {
+		g := seg(j)
+		if !g.found {
+			return r, false
+		}
+		if j == 0 {
+			// The same partition's queue for every segment of the batch.
+			if int(g.window) > b.WindowHint || (g.check != partition.PayloadCheckOff) != (b.Fingerprints != nil) {
+				return r, false // a window larger than the cache answered for, or the check switched
+			}
+			r.WindowSeconds, r.PayloadCheck, r.CreatedAt = int(g.window), g.check, g.now
+		}
+		p := g.position(b.Hashes[j])
+		if p < 0 {
+			return r, false
+		}
+		r.DupIndex[j] = j
+		if len(g.ids) >= 16*(p+1) {
+			copy(r.DupOriginal[j][:], g.ids[16*p:])
+		} // else the segment is gone: the zero UUID
+		r.DupCreated[j] = g.created
+		if p < len(g.fps) {
+			r.DupFingerprint[j] = g.fps[p]
+		}
+	}
+	return r, true
 }
 
 // scanPush reads one row of push_segment's (or push_dups') result into res

@@ -20,7 +20,7 @@ import (
 //
 // The batches the dedup cache expects to be all duplicates, naming their
 // originals' segments (see reginatype.PushBatch.Originals), first go
-// together through one read-only statement (queen.push_dups_packed); those
+// together through one read-only statement (queen.push_dups_segments); those
 // it proves are answered from its snapshot (res[i].Unlocked), without a row
 // lock, a transaction id or WAL. The other batches, and those it did not
 // prove, take the locked path (a batch expecting duplicates without

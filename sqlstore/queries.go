@@ -13,7 +13,7 @@ type queries struct {
 	ensurePartition                                                                   string
 	pushSegment                                                                       string
 	pushDups                                                                          string
-	pushDupsPacked                                                                    string
+	pushDupsSegments                                                                  string
 	pushSegments                                                                      string
 	configure                                                                         string
 	deleteQueue                                                                       string
@@ -95,8 +95,8 @@ func newQueries(schema string) queries {
 		pushDups: `SELECT status, window_seconds, first_offset, created_at, dup_idx, dup_ids, dup_created,
 				payload_check, dup_fps
 			FROM queen.push_dups($1, $2, $3, $4, $5)`,
-		pushDupsPacked: `SELECT k, proven, window_seconds, payload_check, created_at, dup_ids, dup_created, dup_fps
-			FROM queen.push_dups_packed($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		pushDupsSegments: `SELECT i, window_seconds, payload_check, now, created_at, hashes, fingerprints, ids
+			FROM queen.push_dups_segments($1, $2)`,
 		configure: `INSERT INTO queen.queues (name, namespace, task, ` + queueOptionColumns + `)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
 			ON CONFLICT (name) DO UPDATE SET
@@ -171,7 +171,7 @@ func newQueries(schema string) queries {
 	q.traces = newTraceQueries(schema)
 	q.streams = newStreamQueries(schema)
 	q.stats = newStatsQueries(schema)
-	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.pushDups, &q.pushDupsPacked, &q.pushSegments, &q.configure, &q.deleteQueue,
+	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.pushDups, &q.pushDupsSegments, &q.pushSegments, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,
 		&q.retentionTargets, &q.evictionTargets, &q.purgeSegments, &q.purgeConsumed,

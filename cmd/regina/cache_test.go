@@ -454,7 +454,7 @@ func diffSeed(t *testing.T) uint64 {
 // one transaction, and pipelined). Queues switch dedupPayloadCheck
 // between off, report and reject, and repeats carry the same or another
 // payload. With the cache on, the batches it expects to be all duplicates
-// are proven from the segments it names (queen.push_dups_packed, packed
+// are proven from the segments it names (queen.push_dups_segments, packed
 // with other partitions'); with it off, by window probes (push_dups).
 // Every item must get the same status (payloadMismatch included)
 // and name the same message, and the tables must end the same. The
@@ -577,7 +577,7 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 	require.Positive(t, wOn.fast.misses+wOff.fast.misses, "some fast path predictions missed")
 	require.Zero(t, wLocked.fast.unlocked+wLocked.fast.misses, "locked only: no fast path")
 	// With the cache on, batches were proven from the segments it named
-	// (queen.push_dups_packed); without it, only by window probes.
+	// (queen.push_dups_segments); without it, only by window probes.
 	require.Positive(t, wOn.fast.byOriginals, "cache on: no batch proven from the originals the cache named")
 	require.Zero(t, wOff.fast.byOriginals, "cache off: the cache named originals")
 	// And the packer carried several partitions' batches in one round trip

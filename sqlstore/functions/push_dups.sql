@@ -70,53 +70,41 @@ BEGIN
     END IF;
 END $$;
 
--- queen.push_dups_packed: the read-only duplicate path for the batches of
--- several partitions at once, when the broker's dedup cache names, for every
--- item, the segment its original is in: one round trip and one statement
--- for them all, reading each named segment's row by its key, where push_dups
--- is one call and one window probe per batch.
+-- queen.push_dups_segments: what the read-only duplicate path needs to prove
+-- the batches of several partitions at once, when the broker's dedup cache
+-- names, for every item, the segment its original is in (see
+-- sqlstore.Store.proveDuplicates, which decides): one round trip and one
+-- small statement for them all, one key lookup per named segment, where
+-- push_dups is one call and one window probe per batch.
 --
--- Arguments, per batch k (1-based, in array order): p_parts, p_hints,
--- p_has_fps (push_segment's p_partition, p_window_hint, and whether its
--- p_fps would be non-NULL) and p_counts (its items). Per item, every
--- batch's items in order: p_batch (its k), p_hashes, p_originals (the first
--- offset of the lowest segment of the partition the cache holds the hash
--- in). Per (k, offset) the items name: p_seg_batch, p_seg_offsets.
---
--- The cache's offsets are the promise the watermark is (no occurrence of the
--- hash inside the window lies below that segment; see queen.push_probe), not
--- a proof: SQL proves. An item is found when the log_txns row at its offset
--- is committed (this statement's snapshot), inside the queue's window (its
--- stored created_at against the database clock, as push_probe measures it)
--- and holds the hash; its original is the first position of the hash in
--- that row, which is what push_probe finds (the lowest offset, then the
--- lowest position): the original's id (16 zero bytes when its segment is
--- gone), stored time and fingerprint.
---
--- One row per batch, proven when the partition exists, its window is on and
--- not larger than the hint (the watermark rule: the cache's promise was made
--- for the hint), the payload check agrees with p_has_fps and every item was
--- found. The other columns are then what push_segment would answer for this
--- snapshot, compactly (every item is a duplicate: first_offset -1 and
--- dup_idx 1..n go without saying): the window and payload check, now(), the
--- originals' ids concatenated in item order (16 bytes each), their stored
--- times and fingerprints. Otherwise the caller runs the locked push
--- transaction, which decides everything under the row lock as before.
+-- For each (p_parts[i], p_offsets[i]), one row when the partition exists,
+-- its queue's window is on and the log_txns row at that offset is committed
+-- (this statement's snapshot) and inside the window (its stored created_at
+-- against the database clock, as push_probe measures it): the window and
+-- payload check the queue has now, now(), the row's created_at, hashes and
+-- fingerprints, and the ids of the segment's frames (NULL when the segment
+-- is gone: the originals' ids are then the zero UUID). No row otherwise.
+-- An item is then proven a duplicate when its hash is in that row: its
+-- original is the first position of the hash there, which is what
+-- push_probe finds (the lowest offset, then the lowest position), because
+-- the cache's offset carries the watermark's promise (no occurrence of the
+-- hash inside the window lies below that segment; see queen.push_probe)
+-- and is used only under the same rules (same epoch, a window not larger
+-- than the hint the cache answered for).
 --
 -- It takes no row lock, assigns no transaction id and writes no WAL, except
 -- with a synchronous standby (see push_dups; the message is emitted before
 -- the query but after the statement's snapshot was taken, so its commit
--- waits for WAL that lies after every commit the verdicts read).
---
--- log_txns and segments are only read through LATERAL lookups on their keys
--- (one per named segment, not per item); everything else is the arrays'
--- few rows. A generic plan: the arrays' contents do not change it, and a
--- custom plan per call cost more than running it (measured).
-CREATE OR REPLACE FUNCTION queen.push_dups_packed(p_parts uuid[], p_hints integer[], p_has_fps boolean[],
-    p_counts integer[], p_batch integer[], p_hashes bytea[], p_originals bigint[],
-    p_seg_batch integer[], p_seg_offsets bigint[])
-RETURNS TABLE (k integer, proven boolean, window_seconds integer, payload_check text, created_at timestamptz,
-    dup_ids bytea, dup_created timestamptz[], dup_fps bigint[])
+-- waits for WAL that lies after every commit the verdicts read). Its plan is
+-- a handful of nodes on purpose: with the arrays this small, starting the
+-- executor is most of a call's cost (a first, one-statement version that
+-- matched the items in SQL cost ~0.5 ms per call whatever it carried).
+-- replaces that version:
+DROP FUNCTION IF EXISTS queen.push_dups_packed(uuid[], integer[], boolean[], integer[], integer[], bytea[], bigint[],
+    integer[], bigint[]);
+CREATE OR REPLACE FUNCTION queen.push_dups_segments(p_parts uuid[], p_offsets bigint[])
+RETURNS TABLE (i integer, window_seconds integer, payload_check text, now timestamptz, created_at timestamptz,
+    hashes bytea[], fingerprints bigint[], ids bytea)
 LANGUAGE plpgsql STABLE
 SET jit = off
 SET enable_seqscan = off
@@ -130,60 +118,19 @@ BEGIN
         PERFORM pg_logical_emit_message(true, 'regina.duplicate', ''::bytea);
     END IF;
     RETURN QUERY
-    WITH pq AS MATERIALIZED (
-        SELECT b.k::integer AS k, b.part, q.dedup_window_seconds AS win, q.dedup_payload_check AS chk,
-               now() - make_interval(secs => q.dedup_window_seconds) AS since
-          FROM unnest(p_parts, p_hints, p_has_fps) WITH ORDINALITY AS b(part, hint, hasfp, k)
-          CROSS JOIN LATERAL (
-              SELECT q.dedup_window_seconds, q.dedup_payload_check
-                FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-               WHERE p.id = b.part) q
-         WHERE q.dedup_window_seconds > 0 AND q.dedup_window_seconds <= b.hint
-           AND (q.dedup_payload_check <> 'off') = b.hasfp),
-    r AS MATERIALIZED (
-        SELECT g.k, pq.part, g.fo, l.created_at AS created, l.hashes, l.fingerprints AS fps
-          FROM (SELECT DISTINCT u.k, u.fo FROM unnest(p_seg_batch, p_seg_offsets) AS u(k, fo)) g
-          JOIN pq ON pq.k = g.k
-          CROSS JOIN LATERAL (
-              SELECT t.created_at, t.hashes, t.fingerprints
-                FROM queen.log_txns t
-               WHERE t.partition_id = pq.part AND t.first_offset = g.fo
-                 AND t.created_at > pq.since AND t.created_at < v_until) l),
-    f AS MATERIALIZED (
-        SELECT it.k, it.j::integer AS j, r.part, it.fo, r.created, array_position(r.hashes, it.h) AS o, r.fps
-          FROM unnest(p_batch, p_hashes, p_originals) WITH ORDINALITY AS it(k, h, fo, j)
-          JOIN r ON r.k = it.k AND r.fo = it.fo),
-    s AS MATERIALIZED (
-        SELECT x.k, x.fo, x.lo,
-               (SELECT substring(g.frames FROM (x.lo - 1) * 16 + 1 FOR (x.hi - x.lo + 1) * 16)
-                  FROM queen.segments g
-                 WHERE g.partition_id = x.part AND g.first_offset = x.fo) AS ids
-          FROM (SELECT f.k, f.part, f.fo, min(f.o) AS lo, max(f.o) AS hi
-                  FROM f WHERE f.o IS NOT NULL GROUP BY f.k, f.part, f.fo) x),
-    -- In item order (the aggregates below read their input in that
-    -- order: no sort per aggregate).
-    fo AS (
-        SELECT f.k, f.created, coalesce(substring(s.ids FROM (f.o - s.lo) * 16 + 1 FOR 16),
-                                        '\x00000000000000000000000000000000'::bytea) AS id,
-               f.fps[f.o] AS fp
-          FROM f JOIN s ON s.k = f.k AND s.fo = f.fo
-         WHERE f.o IS NOT NULL
-         ORDER BY f.k, f.j),
-    a AS (
-        SELECT fo.k, count(*) AS n, string_agg(fo.id, ''::bytea) AS ids,
-               array_agg(fo.created) AS created, array_agg(fo.fp) AS fps
-          FROM fo
-         GROUP BY fo.k)
-    SELECT c.k::integer,
-           a.n IS NOT DISTINCT FROM c.n::bigint,
-           pq.win,
-           pq.chk,
-           now(),
-           a.ids,
-           a.created,
-           a.fps
-      FROM unnest(p_counts) WITH ORDINALITY AS c(n, k)
-      LEFT JOIN pq ON pq.k = c.k
-      LEFT JOIN a ON a.k = c.k AND pq.k IS NOT NULL
-     ORDER BY c.k;
+    SELECT s.i::integer, q.win, q.chk, now(), l.created_at, l.hashes, l.fingerprints,
+           (SELECT substring(g.frames FROM 1 FOR 16 * cardinality(l.hashes))
+              FROM queen.segments g
+             WHERE g.partition_id = s.part AND g.first_offset = s.fo)
+      FROM unnest(p_parts, p_offsets) WITH ORDINALITY AS s(part, fo, i)
+     CROSS JOIN LATERAL (
+           SELECT qq.dedup_window_seconds AS win, qq.dedup_payload_check AS chk
+             FROM queen.partitions p JOIN queen.queues qq ON qq.id = p.queue_id
+            WHERE p.id = s.part) q
+     CROSS JOIN LATERAL (
+           SELECT t.created_at, t.hashes, t.fingerprints
+             FROM queen.log_txns t
+            WHERE t.partition_id = s.part AND t.first_offset = s.fo
+              AND t.created_at > now() - make_interval(secs => q.win) AND t.created_at < v_until) l
+     WHERE q.win > 0;
 END $$;
