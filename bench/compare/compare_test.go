@@ -141,6 +141,7 @@ func TestWriteCompareWithAndWithoutQueen(t *testing.T) {
 			results: results(withQueen),
 		}
 		if withQueen {
+			h.info.PGSettings = "autovacuum=off (configuration file)"
 			h.queen = &queenTarget{url: "http://127.0.0.1:6640", queue: "regina_cmp_x", server: "C++ Queen Server (libqueen) 1.0.0",
 				where: "local pid 42", note: "dedupWindowSeconds 3600 was sent, but the configure answer does not echo it: the server ignores it"}
 		}
@@ -151,6 +152,9 @@ func TestWriteCompareWithAndWithoutQueen(t *testing.T) {
 		b, _ := os.ReadFile(path)
 		doc := string(b)
 		if !withQueen {
+			if !strings.Contains(doc, "default settings as found") {
+				t.Fatalf("a server at PostgreSQL's defaults is said to be:\n%s", doc)
+			}
 			if !strings.Contains(doc, "Not measured: no Queen server was given") || strings.Contains(summary, "regina/queen") {
 				t.Fatalf("a run without Queen must say so and keep the summary as it was:\n%s\n%s", summary, doc)
 			}
@@ -167,6 +171,7 @@ func TestWriteCompareWithAndWithoutQueen(t *testing.T) {
 			"| queen | upstream Queen at http://127.0.0.1:6640, same client and load as Regina: new messages | **8.0k** |",
 			"| queen_storm | retry storm: upstream Queen rejecting replayed pushes | **5.0k** |",
 			"\"PG ours\" is unknown without `QUEEN_DATABASE`",
+			"settings as found: autovacuum=off (configuration file));",
 		} {
 			if !strings.Contains(doc, want) {
 				t.Errorf("RESULTS.md lacks %q", want)

@@ -287,6 +287,7 @@ type runInfo struct {
 	NATSWhere   string     `json:"nats_where,omitempty"`
 	Commit      string     `json:"regina_commit"`
 	PGWhere     string     `json:"pg_where"`
+	PGSettings  string     `json:"pg_settings,omitempty"` // sqlstore.ServerSettingNames not at PostgreSQL's defaults
 	Queen       *queenInfo `json:"queen,omitempty"`
 	Interrupted bool       `json:"interrupted,omitempty"`
 	Crashes     []string   `json:"broker_crashes,omitempty"`
@@ -449,6 +450,11 @@ func (h *harness) setup() error {
 		return fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	h.info.PGWhere = fmt.Sprintf("%s:%d/%s", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, h.dbname)
+	nondefault, err := sqlstore.NonDefaultSettings(cctx, h.admin)
+	if err != nil {
+		return err
+	}
+	h.info.PGSettings = sqlstore.SettingsText(nondefault)
 	if st, err := readStat(backend); err == nil {
 		if comm, err := os.ReadFile("/proc/" + strconv.Itoa(st.ppid) + "/comm"); err == nil && strings.HasPrefix(string(comm), "postgres") {
 			h.postmaster = st.ppid

@@ -244,7 +244,8 @@ func (h *harness) settingText(b *strings.Builder) {
 	fmt.Fprintf(b, "- Command: `%s`\n", i.Command)
 	fmt.Fprintf(b, "  (`%s`)\n", i.Args)
 	fmt.Fprintf(b, "- Machine: %d × %s, %s GiB memory, %s, kernel %s\n", i.Machine.NProc, i.Machine.CPUModel, i.Machine.MemGiB, i.Machine.OS, i.Machine.Kernel)
-	fmt.Fprintf(b, "- Versions: %s; PostgreSQL %s (%s, default settings as found); Regina commit `%s`", i.GoVersion, i.PGVersion, i.PGWhere, i.Commit)
+	fmt.Fprintf(b, "- Versions: %s; PostgreSQL %s (%s, %s); Regina commit `%s`", i.GoVersion, i.PGVersion, i.PGWhere,
+		pgSettingsText(i.PGSettings), i.Commit)
 	if i.NATSVersion != "" {
 		fmt.Fprintf(b, "; %s, %s", i.NATSVersion, i.NATSWhere)
 	}
@@ -613,4 +614,13 @@ func (c *cacheStats) short() string {
 		return "-"
 	}
 	return fmt.Sprintf("%d / %d / %d / %d of %d, %s", c.Hits, c.Sentinels, c.Evictions, c.Hydrations.Finished, c.Hydrations.Started, shortCount(int(c.Hashes)))
+}
+
+// pgSettingsText is the header's account of the server's settings: those
+// Regina relies on that differ from PostgreSQL's defaults, as found.
+func pgSettingsText(nondefault string) string {
+	if nondefault == "" {
+		return "default settings as found"
+	}
+	return "settings as found: " + nondefault
 }

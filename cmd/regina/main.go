@@ -137,6 +137,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}
 	defer store.Close()
 	logEncryption(ctx, log, store, key != nil)
+	logServerSettings(ctx, log, store, cfg.PoolSize)
 
 	// The maintenance switches, read before serving: a broker started while
 	// push maintenance is on refuses pushes from its first request.
