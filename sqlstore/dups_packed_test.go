@@ -3,8 +3,12 @@ package sqlstore_test
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/partition"
@@ -201,4 +205,70 @@ func TestPackedDuplicateProof(t *testing.T) {
 	var assigned bool
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`).Scan(&assigned))
 	require.False(t, assigned, "the proof assigned a transaction id")
+}
+
+// TestDupSegmentsPlanLooksUpByKey checks the plan PostgreSQL really runs
+// inside queen.push_dups_segments (its cached generic plan, logged by
+// auto_explain): every log_txns child is read through its (partition_id,
+// first_offset) index with both columns as the index condition. Flattened,
+// the LATERAL lookup took partition_id alone as the condition and read the
+// partition's whole slice per lookup (a compare storm: ~2,500 rows each).
+func TestDupSegmentsPlanLooksUpByKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := sqlstoretest.Open(t)
+	ref, err := st.EnsurePartition(ctx, "plan", "p")
+	require.NoError(t, err)
+	// Many rows per partition, with statistics: what the bad plan needs.
+	_, err = sqlstoretest.Pool(t).Exec(ctx, schemaSQL(st, `
+		INSERT INTO queen.log_txns (partition_id, first_offset, created_at, hashes)
+		SELECT $1, 5 * g, now(), ARRAY[decode(md5(g::text), 'hex')]
+		  FROM generate_series(0, 1999) g`), [16]byte(ref.ID))
+	require.NoError(t, err)
+	_, err = sqlstoretest.Pool(t).Exec(ctx, schemaSQL(st, `ANALYZE queen.log_txns`))
+	require.NoError(t, err)
+	cfg, err := pgx.ParseConfig(sqlstoretest.URL(t))
+	require.NoError(t, err)
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for _, s := range []string{
+		"LOAD 'auto_explain'",
+		"SET auto_explain.log_min_duration = 0",
+		"SET auto_explain.log_nested_statements = on",
+		"SET auto_explain.log_level = notice",
+		"SET search_path = " + pgx.Identifier{st.Schema()}.Sanitize(),
+	} {
+		_, err := conn.Exec(ctx, s)
+		require.NoError(t, err, s)
+	}
+	for k := range 8 {
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM push_dups_segments(ARRAY[$1::uuid, $1], $2)`,
+			[16]byte(ref.ID), []int64{int64(5 * k), int64(5*k + 5)}).Scan(&n))
+		require.Equal(t, 2, n)
+	}
+	var plans []string
+	for _, n := range notices {
+		if strings.Contains(n, "t.first_offset = s.fo") {
+			plans = append(plans, n)
+		}
+	}
+	require.NotEmpty(t, plans, "no plan of push_dups_segments' query was logged")
+	cond := regexp.MustCompile(`^\s*Index Cond: \(\(partition_id = s\.part\) AND \(first_offset = s\.fo\)\)$`)
+	for _, p := range plans {
+		lines := strings.Split(p, "\n")
+		scans := 0
+		for i, l := range lines {
+			if !strings.Contains(l, "Scan using log_txns_") {
+				continue
+			}
+			scans++
+			require.Less(t, i+1, len(lines), "plan:\n%s", p)
+			require.Regexp(t, cond, lines[i+1], "every log_txns index scan uses both key columns:\n%s", p)
+		}
+		require.Positive(t, scans, "log_txns read through an index:\n%s", p)
+	}
 }

@@ -95,7 +95,12 @@ END $$;
 -- It takes no row lock, assigns no transaction id and writes no WAL, except
 -- with a synchronous standby (see push_dups; the message is emitted before
 -- the query but after the statement's snapshot was taken, so its commit
--- waits for WAL that lies after every commit the verdicts read). Its plan is
+-- waits for WAL that lies after every commit the verdicts read). The
+-- lookups are LATERAL subqueries kept apart (OFFSET 0): flattened, the
+-- planner took (partition_id) alone as the index condition and
+-- first_offset as a join filter, reading the partition's whole slice per
+-- lookup (~2,500 rows each in a compare storm, found with
+-- pg_stat_user_tables' idx_tup_fetch and EXPLAIN of the generic plan). Its plan is
 -- a handful of nodes on purpose: with the arrays this small, starting the
 -- executor is most of a call's cost (a first, one-statement version that
 -- matched the items in SQL cost ~0.5 ms per call whatever it carried).
@@ -126,11 +131,13 @@ BEGIN
      CROSS JOIN LATERAL (
            SELECT qq.dedup_window_seconds AS win, qq.dedup_payload_check AS chk
              FROM queen.partitions p JOIN queen.queues qq ON qq.id = p.queue_id
-            WHERE p.id = s.part) q
+            WHERE p.id = s.part
+           OFFSET 0) q
      CROSS JOIN LATERAL (
            SELECT t.created_at, t.hashes, t.fingerprints
              FROM queen.log_txns t
             WHERE t.partition_id = s.part AND t.first_offset = s.fo
-              AND t.created_at > now() - make_interval(secs => q.win) AND t.created_at < v_until) l
+              AND t.created_at > now() - make_interval(secs => q.win) AND t.created_at < v_until
+           OFFSET 0) l
      WHERE q.win > 0;
 END $$;
