@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/partition"
@@ -227,23 +225,7 @@ func TestDupSegmentsPlanLooksUpByKey(t *testing.T) {
 	require.NoError(t, err)
 	_, err = sqlstoretest.Pool(t).Exec(ctx, schemaSQL(st, `ANALYZE queen.log_txns`))
 	require.NoError(t, err)
-	cfg, err := pgx.ParseConfig(sqlstoretest.URL(t))
-	require.NoError(t, err)
-	var notices []string
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	for _, s := range []string{
-		"LOAD 'auto_explain'",
-		"SET auto_explain.log_min_duration = 0",
-		"SET auto_explain.log_nested_statements = on",
-		"SET auto_explain.log_level = notice",
-		"SET search_path = " + pgx.Identifier{st.Schema()}.Sanitize(),
-	} {
-		_, err := conn.Exec(ctx, s)
-		require.NoError(t, err, s)
-	}
+	conn, notices := explainConn(t, st.Schema())
 	for k := range 8 {
 		var n int
 		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM push_dups_segments(ARRAY[$1::uuid, $1], $2)`,
@@ -251,7 +233,7 @@ func TestDupSegmentsPlanLooksUpByKey(t *testing.T) {
 		require.Equal(t, 2, n)
 	}
 	var plans []string
-	for _, n := range notices {
+	for _, n := range *notices {
 		if strings.Contains(n, "t.first_offset = s.fo") {
 			plans = append(plans, n)
 		}

@@ -85,14 +85,19 @@ func (l *planLog) take(t *testing.T) []explainedPlan {
 // nested ones (inside functions) included, with EXPLAIN ANALYZE's details,
 // JIT among them.
 func autoExplain(ctx context.Context, conn *pgx.Conn) error {
-	for _, s := range []string{
+	return loadAutoExplain(ctx, conn, "SET auto_explain.log_analyze = on", "SET auto_explain.log_format = json")
+}
+
+// loadAutoExplain loads auto_explain into conn's session so that it reports
+// the plan of every statement, nested ones included, as a notice to the
+// client, then runs the extra SET statements.
+func loadAutoExplain(ctx context.Context, conn *pgx.Conn, extra ...string) error {
+	for _, s := range append([]string{
 		"LOAD 'auto_explain'",
 		"SET auto_explain.log_min_duration = 0",
 		"SET auto_explain.log_nested_statements = on",
-		"SET auto_explain.log_analyze = on",
-		"SET auto_explain.log_format = json",
 		"SET auto_explain.log_level = notice",
-	} {
+	}, extra...) {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			return fmt.Errorf("%s: %w", s, err)
 		}

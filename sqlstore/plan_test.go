@@ -28,33 +28,33 @@ var (
 	sidecarOffsetsProbe = regexp.MustCompile(`using log_txns_\w*_partition_id_first_offset_idx on log_txns_\w+ l(_\d+)? `)
 )
 
+// explainConn opens a connection (closed when t ends) that reports the plan
+// of every statement it runs, nested ones (inside functions) included, as
+// notices collected in *notices, with search_path set to schema. extra are
+// more SET statements (auto_explain.log_analyze and the like).
+func explainConn(t *testing.T, schema string, extra ...string) (*pgx.Conn, *[]string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(sqlstoretest.URL(t))
+	require.NoError(t, err)
+	notices := new([]string)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { *notices = append(*notices, n.Message) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	require.NoError(t, loadAutoExplain(ctx, conn, append(extra, "SET search_path = "+pgx.Identifier{schema}.Sanitize())...))
+	return conn, notices
+}
+
 // probePlans runs push_segment calls on one connection with auto_explain
 // logging the nested statements' plans back to the client, and returns the
 // plans of the probe statements (full-window and watermark).
 func probePlans(t *testing.T, schema string, calls func(ctx context.Context, conn *pgx.Conn)) (full, watermark []string) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(sqlstoretest.URL(t))
-	require.NoError(t, err)
-	var notices []string
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	for _, s := range []string{
-		"LOAD 'auto_explain'",
-		"SET auto_explain.log_min_duration = 0",
-		"SET auto_explain.log_nested_statements = on",
-		"SET auto_explain.log_analyze = on",
-		"SET auto_explain.log_buffers = on",
-		"SET auto_explain.log_level = notice",
-		"SET search_path = " + pgx.Identifier{schema}.Sanitize(),
-	} {
-		_, err := conn.Exec(ctx, s)
-		require.NoError(t, err, s)
-	}
+	conn, notices := explainConn(t, schema, "SET auto_explain.log_analyze = on", "SET auto_explain.log_buffers = on")
 	calls(ctx, conn)
-	for _, n := range notices {
+	for _, n := range *notices {
 		switch {
 		case strings.Contains(n, "l.hashes && p_hashes"):
 			full = append(full, n)
