@@ -74,15 +74,7 @@ func (h *harness) ceilingPackedWork(store *sqlstore.Store, refs []reginatype.Par
 					o = (o + 1) % len(owned)
 				}
 				used[o] = true
-				ref := refs[owned[o]]
-				batch.Reset()
-				batch.Partition, batch.WindowHint, batch.Watermark = ref.ID, ref.WindowSeconds, reginatype.NoWatermark
-				for i := range n {
-					tx = appendTx(tx[:0], tag, w, seq, i)
-					id := string(tx)
-					bodies[i] = partition.Body{CreatedAt: created, TransactionID: id, Payload: h.wl.payloadOf(w, seq, i)}
-					batch.Add(partition.HashTxID(id), partition.NewV7(), &bodies[i])
-				}
+				tx = h.fillBatch(batch, refs[owned[o]], bodies, tx, tag, w, seq, created)
 			}
 			cctx, cancel := context.WithTimeout(h.hard, 30*time.Second)
 			t0 := time.Now()

@@ -428,6 +428,23 @@ func (h *harness) reginaWork(baseURL, queue, tag string, replay [][]int32) workF
 
 // ---------------------------------------------------------------- the pgx ceiling
 
+// fillBatch makes batch worker w's push seq to ref, of len(bodies) items:
+// the transaction ids and payloads the broker would get for it, created at
+// created (unix µs), with no watermark (a full-window probe). tx is scratch
+// space for the ids; fillBatch returns it, grown as needed.
+func (h *harness) fillBatch(batch *reginatype.PushBatch, ref reginatype.PartitionRef, bodies []partition.Body,
+	tx []byte, tag string, w, seq int, created int64) []byte {
+	batch.Reset()
+	batch.Partition, batch.WindowHint, batch.Watermark = ref.ID, ref.WindowSeconds, reginatype.NoWatermark
+	for i := range bodies {
+		tx = appendTx(tx[:0], tag, w, seq, i)
+		id := string(tx)
+		bodies[i] = partition.Body{CreatedAt: created, TransactionID: id, Payload: h.wl.payloadOf(w, seq, i)}
+		batch.Add(partition.HashTxID(id), partition.NewV7(), &bodies[i])
+	}
+	return tx
+}
+
 // ceilingWork calls queen.push_segment through pgx (sqlstore.Store.Push,
 // the statement the broker runs) with the same batches the broker would
 // send: same transaction ids and payloads, 16-byte xxh3 hashes, UUIDv7 ids,
@@ -450,15 +467,7 @@ func (h *harness) ceilingWork(store *sqlstore.Store, refs []reginatype.Partition
 				seq = int(src[k%len(src)])
 			}
 			ref := refs[h.wl.part(w, seq)%len(refs)]
-			batch.Reset()
-			batch.Partition, batch.WindowHint, batch.Watermark = ref.ID, ref.WindowSeconds, reginatype.NoWatermark
-			created := time.Now().UnixMicro()
-			for i := range n {
-				tx = appendTx(tx[:0], tag, w, seq, i)
-				id := string(tx)
-				bodies[i] = partition.Body{CreatedAt: created, TransactionID: id, Payload: h.wl.payloadOf(w, seq, i)}
-				batch.Add(partition.HashTxID(id), partition.NewV7(), &bodies[i])
-			}
+			tx = h.fillBatch(batch, ref, bodies, tx, tag, w, seq, time.Now().UnixMicro())
 			cctx, cancel := context.WithTimeout(h.hard, 30*time.Second)
 			t0 := time.Now()
 			res, err := store.Push(cctx, batch)
