@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/partition"
@@ -192,4 +193,25 @@ func TestSidecarMigrationKeepsExistingRows(t *testing.T) {
 	var where string
 	require.NoError(t, pool.QueryRow(ctx, "SELECT tableoid::regclass::text FROM "+id+".log_txns WHERE first_offset = 2").Scan(&where))
 	require.Regexp(t, `log_txns_(legacy|\d{8}_\d{6})$`, where)
+}
+
+func TestSidecarChildSecondsFor(t *testing.T) {
+	for _, c := range []struct{ depth, want int }{
+		{0, 300},
+		{900, 300},    // the sidecar's floor: 3 children
+		{3600, 300},   // the default window: 12 children
+		{7200, 300},   // 24 children
+		{7201, 600},   // 25 at 300 s
+		{21600, 900},  // 6 h
+		{86400, 3600}, // a day: 24 hourly children
+		{7 * 86400, 43200},
+		{400 * 86400, 86400}, // beyond 24 days: daily children, however many
+	} {
+		got := sqlstore.SidecarChildSecondsFor(c.depth)
+		assert.Equal(t, c.want, got, "depth %d", c.depth)
+		if c.depth <= 24*86400 {
+			assert.LessOrEqual(t, (c.depth+got-1)/got, sqlstore.MaxSidecarChildrenPerWindow, "depth %d", c.depth)
+		}
+		assert.Zero(t, 86400%got, "a slice divides a day")
+	}
 }

@@ -19,6 +19,10 @@ const (
 	// DefaultSidecarChildSeconds is the time slice of one child of the hash
 	// sidecar when Config.SidecarChildSeconds is 0.
 	DefaultSidecarChildSeconds = 3600
+	// MaxSidecarChildrenPerWindow bounds the children a full-window probe
+	// reads: SidecarChildSecondsFor picks the narrowest slice that keeps the
+	// sidecar's depth within this many children.
+	MaxSidecarChildrenPerWindow = 24
 	// sidecarAheadMinSeconds and sidecarAheadSlices: how far past the clock
 	// children exist after every start (Open) and retention pass, at least
 	// 15 minutes and three slices, so a push does not wait for a child
@@ -26,6 +30,28 @@ const (
 	sidecarAheadMinSeconds = 15 * 60
 	sidecarAheadSlices     = 3
 )
+
+// sidecarChildWidths are the slices SidecarChildSecondsFor chooses from:
+// each divides a day, so children stay aligned to the clock's hours.
+var sidecarChildWidths = [...]int{300, 600, 900, 1200, 1800, 3600, 7200, 10800, 14400, 21600, 43200, 86400}
+
+// SidecarChildSecondsFor is the time slice of a hash sidecar child for a
+// sidecar depth (the longest window any queue needs, in seconds): the
+// narrowest of 5, 10, 15, 20, 30 minutes, 1, 2, 3, 4, 6, 12 and 24 hours
+// that keeps the depth within MaxSidecarChildrenPerWindow children. A narrow
+// child keeps the index that pushes write small (its GIN index holds only
+// the hashes of one slice, so its pages stay in shared buffers), and bounds
+// what retention holds beyond the depth to one slice; the bound on children
+// keeps the full-window probe, which reads every child inside the window,
+// short. Depth 3600 (the default window): 300 s, 12 children. 86400: 3600 s.
+func SidecarChildSecondsFor(depthSeconds int) int {
+	for _, w := range sidecarChildWidths {
+		if (depthSeconds+w-1)/w <= MaxSidecarChildrenPerWindow {
+			return w
+		}
+	}
+	return sidecarChildWidths[len(sidecarChildWidths)-1]
+}
 
 // ensureSidecarSQL creates the children of [now - $1 s, now + $2 s) of $3 s
 // each, where missing.
