@@ -14,6 +14,7 @@ import (
 
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
+	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
 
@@ -197,7 +198,8 @@ func TestFullWindowProbeReadsOnlyTheWindow(t *testing.T) {
 	require.NoError(t, err)
 	inWindow, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.LessOrEqual(t, len(inWindow), 3)
+	require.LessOrEqual(t, len(inWindow), sqlstore.MaxSidecarChildrenPerWindow)
+	require.Less(t, len(inWindow), len(sidecarChildren(t, st)), "children outside the window exist")
 	child := regexp.MustCompile(`on (log_txns_\w+?) l`)
 	for _, p := range append(full, wm...) {
 		seen := child.FindAllStringSubmatch(p, -1)

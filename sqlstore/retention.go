@@ -28,8 +28,9 @@ type retentionTarget struct {
 	completedSeconds   int
 }
 
-// RetainOnce runs one retention pass. The hash sidecar first: it creates
-// the children the next hours need and drops, whole, every child whose rows
+// RetainOnce runs one retention pass. The hash sidecar first: it chooses
+// the child width again (see Config.SidecarChildSeconds), creates the
+// children the next minutes need and drops, whole, every child whose rows
 // are all older than the longest GREATEST(dedup window,
 // completedRetentionSeconds, Config.SidecarMinSeconds) of any queue (see
 // dropExpiredSidecar). Then, on queues with retention enabled, it deletes

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,9 +17,9 @@ import (
 // sidecar_ensure (sqlstore/functions/sidecar.sql) and detached and dropped
 // whole by retention once every window it could serve has passed.
 const (
-	// DefaultSidecarChildSeconds is the time slice of one child of the hash
-	// sidecar when Config.SidecarChildSeconds is 0.
-	DefaultSidecarChildSeconds = 3600
+	// MinSidecarChildSeconds is the narrowest child Config.SidecarChildSeconds
+	// may ask for: queen.sidecar_ensure refuses a slice under a minute.
+	MinSidecarChildSeconds = 60
 	// MaxSidecarChildrenPerWindow bounds the children a full-window probe
 	// reads: SidecarChildSecondsFor picks the narrowest slice that keeps the
 	// sidecar's depth within this many children.
@@ -29,6 +30,10 @@ const (
 	// between two passes (and if one does, see retryMissingSidecarChild).
 	sidecarAheadMinSeconds = 15 * 60
 	sidecarAheadSlices     = 3
+	// sidecarOpenBehindSeconds: how far back children exist after Open (at
+	// least one slice), for transactions begun before the current slice and
+	// rows tools write for the recent past (see queen.sidecar_ensure).
+	sidecarOpenBehindSeconds = 3600
 )
 
 // sidecarChildWidths are the slices SidecarChildSecondsFor chooses from:
@@ -53,6 +58,17 @@ func SidecarChildSecondsFor(depthSeconds int) int {
 	return sidecarChildWidths[len(sidecarChildWidths)-1]
 }
 
+// sidecarWidth is the hash sidecar's child width: fixed by configuration,
+// or chosen from the sidecar's depth each time children are created (the
+// depth follows the queues' windows, which change while pushes run).
+type sidecarWidth struct {
+	// fixed is Config.SidecarChildSeconds; 0: chosen from the depth.
+	fixed int
+	// seconds is the width chosen last (0 before the first choice), so that
+	// a change is logged once.
+	seconds atomic.Int64
+}
+
 // ensureSidecarSQL creates the children of [now - $1 s, now + $2 s) of $3 s
 // each, where missing.
 const ensureSidecarSQL = `SELECT queen.sidecar_ensure(now() - make_interval(secs => $1),
@@ -63,20 +79,55 @@ const ensureSidecarSQL = `SELECT queen.sidecar_ensure(now() - make_interval(secs
 // slice, the previous child may already be expired, and each pass would
 // create what the same pass drops.)
 func (s *Store) ensureSidecar(ctx context.Context) error {
-	return s.ensureSidecarFrom(ctx, 0)
+	return s.ensureSidecarFrom(ctx, 0, 0)
 }
 
-// ensureSidecarFrom is ensureSidecar from behind seconds before now.
-func (s *Store) ensureSidecarFrom(ctx context.Context, behind int) error {
+// ensureSidecarFrom is ensureSidecar from behindSlices slices, or
+// behindSeconds when that is further, before now. It chooses the width
+// first (sidecarChildSeconds). New children take it; sidecar_ensure clips
+// them where existing children begin and leaves the existing ones as they
+// are, so a change of width leaves neither a gap nor an overlap.
+func (s *Store) ensureSidecarFrom(ctx context.Context, behindSlices, behindSeconds int) error {
+	w, err := s.sidecarChildSeconds(ctx)
+	if err != nil {
+		return err
+	}
 	var n int
-	ahead := max(sidecarAheadMinSeconds, sidecarAheadSlices*s.sidecarChild)
-	if err := s.pool.QueryRow(ctx, s.sql.ensureSidecar, behind, ahead, s.sidecarChild).Scan(&n); err != nil {
+	behind := max(behindSlices*w, behindSeconds)
+	ahead := max(sidecarAheadMinSeconds, sidecarAheadSlices*w)
+	if err := s.pool.QueryRow(ctx, s.sql.ensureSidecar, behind, ahead, w).Scan(&n); err != nil {
 		return fmt.Errorf("create hash sidecar children: %w", classify(err))
 	}
 	if n > 0 {
-		s.log.Debug().Int("children", n).Msg("hash sidecar children created")
+		s.log.Debug().Int("children", n).Int("child_seconds", w).Msg("hash sidecar children created")
 	}
 	return nil
+}
+
+// sidecarChildSeconds is the width of the hash sidecar children created
+// now: Config.SidecarChildSeconds when set, else SidecarChildSecondsFor the
+// sidecar's depth as retention computes it (sidecarHorizonSQL). A width
+// other than the last one chosen is logged (info: it happens when a queue's
+// window or completed retention moves the depth across a step).
+func (s *Store) sidecarChildSeconds(ctx context.Context) (int, error) {
+	w, depth := s.sidecar.fixed, 0
+	if w == 0 {
+		if err := s.pool.QueryRow(ctx, s.sql.sidecarHorizon, s.sidecarMin).Scan(&depth); err != nil {
+			return 0, fmt.Errorf("hash sidecar depth: %w", classify(err))
+		}
+		w = SidecarChildSecondsFor(depth)
+	}
+	if was := s.sidecar.seconds.Swap(int64(w)); was != int64(w) {
+		ev := s.log.Info().Int("child_seconds", w).Bool("fixed", s.sidecar.fixed != 0)
+		if s.sidecar.fixed == 0 {
+			ev = ev.Int("depth_seconds", depth)
+		}
+		if was != 0 {
+			ev = ev.Int64("was_seconds", was)
+		}
+		ev.Msg("hash sidecar child width")
+	}
+	return w, nil
 }
 
 // isMissingSidecarChild reports whether err is PostgreSQL's refusal of a row
@@ -99,7 +150,7 @@ func (s *Store) retryMissingSidecarChild(ctx context.Context, do func() error) e
 	}
 	// From one slice back: the failed row's time is its transaction's
 	// start, which may lie before the current slice.
-	if eerr := s.ensureSidecarFrom(ctx, s.sidecarChild); eerr != nil {
+	if eerr := s.ensureSidecarFrom(ctx, 1, 0); eerr != nil {
 		return fmt.Errorf("%w (after: %w)", eerr, err)
 	}
 	s.log.Warn().Msg("a push found no hash sidecar child for its time: children created")

@@ -68,11 +68,16 @@ type Config struct {
 	// partition.MinSidecarRetentionSeconds (900).
 	SidecarMinSeconds int
 	// SidecarChildSeconds is the time slice of one child of the hash
-	// sidecar (queen.log_txns is partitioned by created_at); 0 means
-	// DefaultSidecarChildSeconds (an hour). A child is dropped once the
-	// sidecar's depth has passed its end, so the sidecar holds up to one
-	// slice more than its depth. It applies to the children created from
-	// then on.
+	// sidecar (queen.log_txns is partitioned by created_at), at least
+	// MinSidecarChildSeconds. 0 (the default) chooses it from the sidecar's
+	// depth, SidecarChildSecondsFor(the longest GREATEST(dedup window,
+	// completedRetentionSeconds, SidecarMinSeconds) of any queue),
+	// re-evaluated at Open, at every retention pass and whenever the store
+	// creates children: 300 s for the default one-hour window, an hour for a
+	// day-long one. A child is dropped once the sidecar's depth has passed
+	// its end, so the sidecar holds up to one slice more than its depth. A
+	// width applies to the children created from then on; existing children
+	// keep their bounds.
 	SidecarChildSeconds int
 }
 
@@ -91,12 +96,17 @@ type Store struct {
 	warned *cryptWarnings
 	// sidecarMin is Config.SidecarMinSeconds (defaulted).
 	sidecarMin int
-	// sidecarChild is Config.SidecarChildSeconds (defaulted).
-	sidecarChild int
+	// sidecar is the hash sidecar's child width (shared by the copies of a
+	// Store that tests make).
+	sidecar *sidecarWidth
 }
 
 // Open connects, applies migrations and returns a ready Store.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if c := cfg.SidecarChildSeconds; c != 0 && c < MinSidecarChildSeconds {
+		return nil, fmt.Errorf("hash sidecar child width %d s: want 0 (chosen from the depth) or at least %d s",
+			c, MinSidecarChildSeconds)
+	}
 	if cfg.Schema == "" {
 		cfg.Schema = "queen"
 	}
@@ -143,17 +153,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.SidecarMinSeconds <= 0 {
 		cfg.SidecarMinSeconds = partition.MinSidecarRetentionSeconds
 	}
-	if cfg.SidecarChildSeconds <= 0 {
-		cfg.SidecarChildSeconds = DefaultSidecarChildSeconds
-	}
 	s := &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema),
 		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
 		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds,
-		sidecarChild: cfg.SidecarChildSeconds}
-	// From one slice back at start (transactions begun before the current
-	// slice, rows written by tools for the last minutes); a previous child
-	// already past the horizon is dropped by the first pass.
-	if err := s.ensureSidecarFrom(ctx, s.sidecarChild); err != nil {
+		sidecar: &sidecarWidth{fixed: cfg.SidecarChildSeconds}}
+	// From an hour (at least one slice) back at start: transactions begun
+	// before the current slice, rows written by tools for the last minutes.
+	// A child already past the horizon is dropped by the first pass.
+	if err := s.ensureSidecarFrom(ctx, 1, sidecarOpenBehindSeconds); err != nil {
 		pool.Close()
 		return nil, err
 	}

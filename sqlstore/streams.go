@@ -178,7 +178,7 @@ func (s *Store) StreamCycle(ctx context.Context, c reginatype.StreamCycle) (regi
 		}
 		// No hash sidecar child for the time: rolled back, made, retried.
 		if isMissingSidecarChild(err) && attempt < maxTxnAttempts {
-			if s.ensureSidecarFrom(ctx, s.sidecarChild) == nil {
+			if s.ensureSidecarFrom(ctx, 1, 0) == nil {
 				continue
 			}
 		}

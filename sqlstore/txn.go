@@ -41,7 +41,7 @@ func (s *Store) Transaction(ctx context.Context, pushes []reginatype.TxnPush, ac
 		}
 		// No hash sidecar child for the time: rolled back, made, retried.
 		if isMissingSidecarChild(err) && attempt < maxTxnAttempts {
-			if s.ensureSidecarFrom(ctx, s.sidecarChild) == nil {
+			if s.ensureSidecarFrom(ctx, 1, 0) == nil {
 				continue
 			}
 		}

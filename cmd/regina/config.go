@@ -16,6 +16,7 @@ import (
 	"github.com/regina-mq/regina/actor"
 	"github.com/regina-mq/regina/internal/auth"
 	"github.com/regina-mq/regina/internal/crypt"
+	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/wire"
 )
 
@@ -40,7 +41,8 @@ type Config struct {
 	// (RETENTION_SIDECAR_MIN_SECONDS).
 	RetentionSidecarMinSeconds int
 	// RetentionSidecarChildSeconds is the time slice of one child of the
-	// hash sidecar (RETENTION_SIDECAR_CHILD_SECONDS).
+	// hash sidecar (RETENTION_SIDECAR_CHILD_SECONDS); 0 chooses it from the
+	// sidecar's depth (sqlstore.Config.SidecarChildSeconds).
 	RetentionSidecarChildSeconds int
 	// MaintenanceRefresh is how often the maintenance switches are re-read
 	// from the database (a switch flipped through another broker takes
@@ -186,9 +188,16 @@ var settings = []setting{
 	{env: "RETENTION_SIDECAR_MIN_SECONDS", flag: "retention-sidecar-min-seconds", def: "900",
 		help: "keep every segment's hashes at least this long (acks resolve through them)", min: 1,
 		field: func(c *Config) any { return &c.RetentionSidecarMinSeconds }},
-	{env: "RETENTION_SIDECAR_CHILD_SECONDS", flag: "retention-sidecar-child-seconds", def: "3600",
-		help: "time slice of one child of the hash sidecar (dropped whole once every window has passed it)", min: 60,
-		field: func(c *Config) any { return &c.RetentionSidecarChildSeconds }},
+	{env: "RETENTION_SIDECAR_CHILD_SECONDS", flag: "retention-sidecar-child-seconds", def: "0", zeroIsValue: true,
+		help: "time slice of one child of the hash sidecar (dropped whole once every window has passed it); " +
+			"0 = chosen from the longest window (300 s for one hour, 3600 s for a day)",
+		field: func(c *Config) any { return &c.RetentionSidecarChildSeconds }, check: func(c *Config) error {
+			if n := c.RetentionSidecarChildSeconds; n != 0 && n < sqlstore.MinSidecarChildSeconds {
+				return fmt.Errorf("%d is neither 0 (chosen from the longest window) nor at least %d seconds",
+					n, sqlstore.MinSidecarChildSeconds)
+			}
+			return nil
+		}},
 	{env: "MAINTENANCE_REFRESH", flag: "maintenance-refresh", def: "1000",
 		help: "ms between reads of the maintenance switches (set through another broker)", min: 1,
 		field: func(c *Config) any { return &c.MaintenanceRefresh }},
@@ -355,8 +364,9 @@ func (c Config) source(env, flagName string) string {
 
 // WithDefaults returns c with every unset setting at its default. A setting
 // whose zero value means something of its own (PORT 0 picks a free port,
-// DB_STATEMENT_TIMEOUT and SHUTDOWN_TIMEOUT 0 mean none, QUEEN_DEDUP_CACHE
-// false is off, PPROF_ADDR empty is off) keeps it. An empty DatabaseURL
+// DB_STATEMENT_TIMEOUT and SHUTDOWN_TIMEOUT 0 mean none,
+// RETENTION_SIDECAR_CHILD_SECONDS 0 chooses the width from the depth,
+// QUEEN_DEDUP_CACHE false is off, PPROF_ADDR empty is off) keeps it. An empty DatabaseURL
 // becomes the one the PG_* defaults give.
 func (c Config) WithDefaults() Config {
 	for i := range settings {

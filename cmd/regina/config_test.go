@@ -43,7 +43,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		MetricsRetentionDays:         90,
 		RetentionBatchSize:           1000,
 		RetentionSidecarMinSeconds:   900,
-		RetentionSidecarChildSeconds: 3600,
+		RetentionSidecarChildSeconds: 0,
 		EvictionInterval:             time.Minute,
 		EvictionBatchSize:            1000,
 		MaintenanceRefresh:           time.Second,
@@ -221,6 +221,12 @@ func TestLoadConfigValues(t *testing.T) {
 		{"QUEEN_DEDUP_CACHE_MB", "1", func(t *testing.T, c Config) { require.Equal(t, 1, c.DedupCacheMB) }},
 		{"MEMORY_LIMIT_MB", "300", func(t *testing.T, c Config) { require.Equal(t, 300, c.MemoryLimitMB) }},
 		{"RETENTION_INTERVAL", "1", func(t *testing.T, c Config) { require.Equal(t, time.Millisecond, c.RetentionInterval) }},
+		{"RETENTION_SIDECAR_CHILD_SECONDS", "60", func(t *testing.T, c Config) {
+			require.Equal(t, 60, c.RetentionSidecarChildSeconds)
+		}},
+		{"RETENTION_SIDECAR_CHILD_SECONDS", "0", func(t *testing.T, c Config) {
+			require.Zero(t, c.RetentionSidecarChildSeconds, "0 is a value of its own: chosen from the depth")
+		}},
 		{"DB_STATEMENT_TIMEOUT", "0", func(t *testing.T, c Config) { require.Zero(t, c.StatementTimeout) }},
 		{"SHUTDOWN_TIMEOUT", "2500", func(t *testing.T, c Config) { require.Equal(t, 2500*time.Millisecond, c.ShutdownTimeout) }},
 		{"MAX_BODY_BYTES", "1024", func(t *testing.T, c Config) { require.Equal(t, 1024, c.MaxBodyBytes) }},
@@ -273,6 +279,9 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"RETENTION_INTERVAL", "retention-interval", "0"},
 		{"RETENTION_INTERVAL", "retention-interval", "5m"},
 		{"RETENTION_BATCH_SIZE", "retention-batch-size", "0"},
+		{"RETENTION_SIDECAR_CHILD_SECONDS", "retention-sidecar-child-seconds", "59"},
+		{"RETENTION_SIDECAR_CHILD_SECONDS", "retention-sidecar-child-seconds", "1"},
+		{"RETENTION_SIDECAR_CHILD_SECONDS", "retention-sidecar-child-seconds", "-60"},
 		{"EVICTION_INTERVAL", "eviction-interval", "0"},
 		{"EVICTION_BATCH_SIZE", "eviction-batch-size", "0"},
 		{"QUEEN_DEDUP_CACHE", "dedup-cache", "maybe"},

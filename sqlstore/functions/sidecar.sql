@@ -24,17 +24,25 @@ LANGUAGE sql STABLE SET jit = off AS $$
 $$;
 
 -- sidecar_ensure creates the children that [p_from, p_until) lacks, each
--- covering one slice of p_width aligned to the epoch (an hour: 20:00-21:00
--- UTC), clipped where an existing child begins, and returns how many it
--- created. A child is created empty and attached (ATTACH takes SHARE UPDATE
--- EXCLUSIVE on log_txns: pushes, probes and acks go on). Concurrent callers
--- serialise on a transaction-scoped advisory lock.
+-- covering one slice of p_width aligned to the epoch (five minutes:
+-- 20:05-20:10 UTC; an hour: 20:00-21:00 UTC), clipped where an existing
+-- child begins or, when it starts inside a slice (after a child of another
+-- width), ending at that slice's end; it returns how many it created.
+-- Existing children are never changed, so a call with another width than
+-- the previous one leaves no gap and no overlap. A child is created empty
+-- and attached (ATTACH takes SHARE UPDATE EXCLUSIVE on log_txns: pushes,
+-- probes and acks go on). Concurrent callers serialise on a
+-- transaction-scoped advisory lock.
 --
--- The broker calls it at every start (sqlstore.Open) and every retention pass, to
--- stay hours ahead of the clock, and when a push finds no child for its row.
+-- The broker calls it at every start (sqlstore.Open) and every retention
+-- pass, to stay at least 15 minutes and three slices ahead of the clock,
+-- with the width it chooses from the longest window (sqlstore.Config's
+-- SidecarChildSeconds), and when a push finds no child for its row.
 -- A generator writing rows directly with INSERT ... SELECT calls it first
--- for the created_at range it writes, e.g.
---   SELECT queen.sidecar_ensure(now() - interval '1 hour', now() + interval '1 hour', interval '1 hour');
+-- for the created_at range it writes, best with the broker's width (the
+-- children it creates ahead of the clock keep theirs when pushes reach
+-- them), e.g. for a one-hour window
+--   SELECT queen.sidecar_ensure(now() - interval '1 hour', now(), interval '5 minutes');
 CREATE OR REPLACE FUNCTION queen.sidecar_ensure(p_from timestamptz, p_until timestamptz, p_width interval)
 RETURNS integer
 LANGUAGE plpgsql SET jit = off AS $$
