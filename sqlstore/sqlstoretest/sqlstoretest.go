@@ -110,9 +110,26 @@ func Open(t testing.TB) *sqlstore.Store {
 // OpenSchema returns a Store on the given schema, closed when the test ends.
 func OpenSchema(t testing.TB, schema string) *sqlstore.Store {
 	t.Helper()
+	return OpenConfig(t, sqlstore.Config{Schema: schema, Logger: zerolog.Nop()})
+}
+
+// OpenConfig returns a Store opened with cfg, closed when the test ends. An
+// empty URL is the test database's, an empty Schema a new one, MaxConns 0
+// is 8; a zero Logger logs nothing.
+func OpenConfig(t testing.TB, cfg sqlstore.Config) *sqlstore.Store {
+	t.Helper()
+	if cfg.URL == "" {
+		cfg.URL = URL(t)
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = NewSchema(t)
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 8
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := sqlstore.Open(ctx, sqlstore.Config{URL: URL(t), Schema: schema, MaxConns: 8, Logger: zerolog.Nop()})
+	st, err := sqlstore.Open(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	return st
