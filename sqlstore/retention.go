@@ -131,8 +131,17 @@ func (s *Store) purgeMessages(ctx context.Context, sql string, id [16]byte, seco
 }
 
 // RunRetention runs RetainOnce every interval until ctx is done. Failures are
-// logged and retried at the next tick.
+// logged and retried at the next tick. The hash sidecar's children are made
+// two intervals ahead from its start on (see sidecarAhead), so that pushes
+// between two passes find theirs.
 func (s *Store) RunRetention(ctx context.Context, interval time.Duration, batchSize int) {
+	s.sidecar.retainEvery.Store(int64((interval + time.Second - 1) / time.Second))
+	if interval > sidecarAheadMinSeconds*time.Second/2 {
+		// Further ahead than Open made them, now rather than at the first pass.
+		if err := s.ensureSidecar(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("could not create the hash sidecar children of the next retention intervals")
+		}
+	}
 	runEvery(ctx, interval, func() {
 		start := time.Now()
 		st, err := s.retainRecovering(ctx, batchSize)

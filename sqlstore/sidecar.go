@@ -26,8 +26,10 @@ const (
 	MaxSidecarChildrenPerWindow = 24
 	// sidecarAheadMinSeconds and sidecarAheadSlices: how far past the clock
 	// children exist after every start (Open) and retention pass, at least
-	// 15 minutes and three slices, so a push does not wait for a child
-	// between two passes (and if one does, see retryMissingSidecarChild).
+	// 15 minutes and three slices, and two retention intervals up to
+	// MaxSidecarChildrenPerWindow slices (see sidecarAhead), so a push does
+	// not wait for a child between two passes (and if one does, see
+	// retryMissingSidecarChild).
 	sidecarAheadMinSeconds = 15 * 60
 	sidecarAheadSlices     = 3
 	// sidecarOpenBehindSeconds: how far back children exist after Open (at
@@ -67,6 +69,20 @@ type sidecarWidth struct {
 	// seconds is the width chosen last (0 before the first choice), so that
 	// a change is logged once.
 	seconds atomic.Int64
+	// retainEvery is RunRetention's interval in seconds (0 before it runs).
+	retainEvery atomic.Int64
+}
+
+// sidecarAhead is how far past the clock, in seconds, children of w
+// seconds are made: 15 minutes, three slices, or, when that is further,
+// two retention intervals (so that the next pass comes before the clock
+// reaches the end, even when it runs late), the last bounded by
+// MaxSidecarChildrenPerWindow slices of empty children. Beyond that bound
+// (a pass every few hours with narrow children) a push that finds no child
+// makes them (retryMissingSidecarChild).
+func (sw *sidecarWidth) sidecarAhead(w int) int {
+	passes := min(2*int(sw.retainEvery.Load()), MaxSidecarChildrenPerWindow*w)
+	return max(sidecarAheadMinSeconds, sidecarAheadSlices*w, passes)
 }
 
 // ensureSidecarSQL creates the children of [now - $1 s, now + $2 s) of $3 s
@@ -94,7 +110,7 @@ func (s *Store) ensureSidecarFrom(ctx context.Context, behindSlices, behindSecon
 	}
 	var n int
 	behind := max(behindSlices*w, behindSeconds)
-	ahead := max(sidecarAheadMinSeconds, sidecarAheadSlices*w)
+	ahead := s.sidecar.sidecarAhead(w)
 	if err := s.pool.QueryRow(ctx, s.sql.ensureSidecar, behind, ahead, w).Scan(&n); err != nil {
 		return fmt.Errorf("create hash sidecar children: %w", classify(err))
 	}

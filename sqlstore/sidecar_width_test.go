@@ -311,3 +311,45 @@ func TestDuplicateFoundAcrossSidecarChildren(t *testing.T) {
 		require.Equal(t, []partition.UUID{orig["older"], orig["current"]}, res.DupOriginal, c.name)
 	}
 }
+
+// With a retention interval longer than half the 15 minutes children are
+// made ahead, RunRetention makes them two intervals ahead as it starts (so
+// the pushes until the next pass find theirs), at most
+// MaxSidecarChildrenPerWindow slices: 80 minutes for a 40-minute interval,
+// two hours of five-minute children for a daily one.
+func TestRetentionLoopMakesChildrenPastTheNextPass(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		every, ahead time.Duration
+	}{
+		{40 * time.Minute, 80 * time.Minute},
+		{24 * time.Hour, sqlstore.MaxSidecarChildrenPerWindow * 5 * time.Minute},
+	} {
+		t.Run(c.every.String(), func(t *testing.T) {
+			t.Parallel()
+			st := sqlstoretest.Open(t)
+			pool := sqlstoretest.Pool(t)
+			t0 := dbNow(t)
+			last := func() time.Time {
+				var hi time.Time
+				require.NoError(t, pool.QueryRow(context.Background(),
+					schemaSQL(st, `SELECT max(hi) FROM queen.sidecar_children()`)).Scan(&hi))
+				return hi
+			}
+			require.True(t, last().Before(t0.Add(c.ahead)), "Open makes children 15 minutes ahead, not %s", c.ahead)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				st.RunRetention(ctx, c.every, 100)
+			}()
+			t.Cleanup(func() { cancel(); <-done })
+			require.Eventually(t, func() bool { return !last().Before(t0.Add(c.ahead)) }, 10*time.Second, 20*time.Millisecond)
+			children := sidecarChildren(t, st)
+			requireSlices(t, children, 5*time.Minute)
+			requireContiguous(t, children)
+			t1 := dbNow(t)
+			require.True(t, last().Before(t1.Add(c.ahead+5*time.Minute)), "no further than %s ahead: %s", c.ahead, last())
+		})
+	}
+}
