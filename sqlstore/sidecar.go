@@ -32,9 +32,12 @@ const (
 	// retryMissingSidecarChild).
 	sidecarAheadMinSeconds = 15 * 60
 	sidecarAheadSlices     = 3
-	// sidecarOpenBehindSeconds: how far back children exist after Open (at
-	// least one slice), for transactions begun before the current slice and
-	// rows tools write for the recent past (see queen.sidecar_ensure).
+	// sidecarOpenBehindSeconds: how far back children exist after Open when
+	// the width is chosen from the depth, for rows tools write for the
+	// recent past (see queen.sidecar_ensure). What lies before the previous
+	// slice is filled with children of this width (aligned to the hour),
+	// not with narrow ones: nothing is pushed there, and a narrow slice
+	// would make every start create a dozen tables.
 	sidecarOpenBehindSeconds = 3600
 )
 
@@ -98,21 +101,27 @@ func (s *Store) ensureSidecar(ctx context.Context) error {
 	return s.ensureSidecarFrom(ctx, 0, 0)
 }
 
-// ensureSidecarFrom is ensureSidecar from behindSlices slices, or
-// behindSeconds when that is further, before now. It chooses the width
-// first (sidecarChildSeconds). New children take it; sidecar_ensure clips
-// them where existing children begin and leaves the existing ones as they
-// are, so a change of width leaves neither a gap nor an overlap.
-func (s *Store) ensureSidecarFrom(ctx context.Context, behindSlices, behindSeconds int) error {
+// ensureSidecarFrom is ensureSidecar from behindSlices slices before now,
+// and, when backfill > 0, fills what [now - backfill s, now) still lacks
+// with children of backfill seconds. It chooses the width first
+// (sidecarChildSeconds). New children take it; sidecar_ensure clips them
+// where existing children begin and leaves the existing ones as they are,
+// so a change of width leaves neither a gap nor an overlap.
+func (s *Store) ensureSidecarFrom(ctx context.Context, behindSlices, backfill int) error {
 	w, err := s.sidecarChildSeconds(ctx)
 	if err != nil {
 		return err
 	}
-	var n int
-	behind := max(behindSlices*w, behindSeconds)
+	var n, filled int
 	ahead := s.sidecar.sidecarAhead(w)
-	if err := s.pool.QueryRow(ctx, s.sql.ensureSidecar, behind, ahead, w).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.ensureSidecar, behindSlices*w, ahead, w).Scan(&n); err != nil {
 		return fmt.Errorf("create hash sidecar children: %w", classify(err))
+	}
+	if backfill > behindSlices*w {
+		if err := s.pool.QueryRow(ctx, s.sql.ensureSidecar, backfill, 0, backfill).Scan(&filled); err != nil {
+			return fmt.Errorf("create hash sidecar children for the last %d s: %w", backfill, classify(err))
+		}
+		n += filled
 	}
 	if n > 0 {
 		s.log.Debug().Int("children", n).Int("child_seconds", w).Msg("hash sidecar children created")

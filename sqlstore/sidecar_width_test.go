@@ -49,6 +49,16 @@ func requireContiguous(t *testing.T, children []sidecarChild) {
 	}
 }
 
+// since returns the children that begin at from or later.
+func since(children []sidecarChild, from time.Time) []sidecarChild {
+	for i, c := range children {
+		if !c.lo.Before(from) {
+			return children[i:]
+		}
+	}
+	return nil
+}
+
 // requireSlices fails unless every child spans exactly width, aligned to
 // the epoch.
 func requireSlices(t *testing.T, children []sidecarChild, width time.Duration) {
@@ -62,8 +72,9 @@ func requireSlices(t *testing.T, children []sidecarChild, width time.Duration) {
 // With the default configuration and a queue at the default one-hour
 // window, the children Open and a retention pass create are five minutes
 // wide (SidecarChildSecondsFor(3600)), aligned and contiguous: Open's from
-// an hour back, a pass's from the current slice, both to at least 15
-// minutes ahead.
+// the previous slice (the rest of the last hour in at most two hour-aligned
+// children), a pass's from the current slice, both to at least 15 minutes
+// ahead.
 func TestSidecarChildrenForTheDefaultWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -77,9 +88,17 @@ func TestSidecarChildrenForTheDefaultWindow(t *testing.T) {
 	t0 := dbNow(t)
 	reopened := sqlstoretest.OpenSchema(t, st.Schema())
 	children := sidecarChildren(t, reopened)
-	requireSlices(t, children, 5*time.Minute)
 	requireContiguous(t, children)
 	require.False(t, children[0].lo.After(t0.Add(-time.Hour)), "Open covers the last hour: first child begins %s", children[0].lo)
+	prev := t0.Truncate(5 * time.Minute).Add(-5 * time.Minute)
+	back := 0
+	for back < len(children) && children[back].lo.Before(prev) {
+		back++
+	}
+	require.LessOrEqual(t, back, 2, "the last hour before the previous slice is filled with hour-aligned children")
+	require.Zero(t, children[0].lo.Unix()%3600, "first child %s", children[0].name)
+	requireSlices(t, children[back:], 5*time.Minute)
+	require.False(t, children[back].lo.After(prev), "the previous slice has a five-minute child")
 	require.False(t, children[len(children)-1].hi.Before(t0.Add(15*time.Minute)),
 		"Open makes children 15 minutes ahead: last ends %s", children[len(children)-1].hi)
 
@@ -142,17 +161,18 @@ func TestSidecarWidthFollowsTheLongestWindow(t *testing.T) {
 	st := sqlstoretest.OpenConfig(t, sqlstore.Config{Logger: zerolog.New(&logs).Level(zerolog.InfoLevel)})
 	_, err := st.EnsurePartition(ctx, "daily", "p")
 	require.NoError(t, err)
+	t0 := dbNow(t)
 	_, err = st.RetainOnce(ctx, 100)
 	require.NoError(t, err)
 	before := sidecarChildren(t, st)
-	requireSlices(t, before, 5*time.Minute)
+	requireSlices(t, since(before, t0.Truncate(5*time.Minute).Add(-5*time.Minute)), 5*time.Minute)
 	requireContiguous(t, before)
 	lines := logs.widthLogs(t)
 	require.Len(t, lines, 1, "the width is logged when it is first chosen, not at every pass")
 	require.InDelta(t, 300, lines[0]["child_seconds"], 0)
 
 	configureWindow(t, st, "daily", 86400)
-	t0 := dbNow(t)
+	t0 = dbNow(t)
 	_, err = st.RetainOnce(ctx, 100)
 	require.NoError(t, err)
 	after := sidecarChildren(t, st)
@@ -183,9 +203,9 @@ func TestSidecarWidthFollowsTheLongestWindow(t *testing.T) {
 	require.Len(t, logs.widthLogs(t), 2)
 }
 
-// An explicit SidecarChildSeconds is a fixed width: a day-long window does
-// not change it. One under a minute (what sidecar_ensure refuses) is refused
-// by Open, before it connects.
+// An explicit SidecarChildSeconds is a fixed width: every child the store
+// makes has it, a day-long window does not change it. One under a minute
+// (what sidecar_ensure refuses) is refused by Open, before it connects.
 func TestExplicitSidecarChildSecondsIsFixed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -223,7 +243,8 @@ func TestRetentionDropsOnlyNarrowChildrenPastTheHorizon(t *testing.T) {
 	}
 	ref, err := st.EnsurePartition(ctx, "narrow", "p")
 	require.NoError(t, err)
-	exec(`SELECT queen.sidecar_ensure(now() - interval '3 hours', now(), interval '5 minutes')`)
+	dropSidecarChildren(t, st)
+	exec(`SELECT queen.sidecar_ensure(now() - interval '3 hours', now() + interval '15 minutes', interval '5 minutes')`)
 	for _, age := range []string{"2 hours", "55 minutes", "30 minutes"} {
 		res, err := st.Push(ctx, mustBatch(t, ref, "aged-"+age))
 		require.NoError(t, err)
@@ -346,7 +367,7 @@ func TestRetentionLoopMakesChildrenPastTheNextPass(t *testing.T) {
 			t.Cleanup(func() { cancel(); <-done })
 			require.Eventually(t, func() bool { return !last().Before(t0.Add(c.ahead)) }, 10*time.Second, 20*time.Millisecond)
 			children := sidecarChildren(t, st)
-			requireSlices(t, children, 5*time.Minute)
+			requireSlices(t, since(children, t0.Truncate(5*time.Minute).Add(-5*time.Minute)), 5*time.Minute)
 			requireContiguous(t, children)
 			t1 := dbNow(t)
 			require.True(t, last().Before(t1.Add(c.ahead+5*time.Minute)), "no further than %s ahead: %s", c.ahead, last())

@@ -157,10 +157,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
 		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds,
 		sidecar: &sidecarWidth{fixed: cfg.SidecarChildSeconds}}
-	// From an hour (at least one slice) back at start: transactions begun
-	// before the current slice, rows written by tools for the last minutes.
-	// A child already past the horizon is dropped by the first pass.
-	if err := s.ensureSidecarFrom(ctx, 1, sidecarOpenBehindSeconds); err != nil {
+	// From one slice back at start (transactions begun before the current
+	// slice) and, with the width chosen from the depth, the rest of the
+	// last hour in hour-aligned children (rows written by tools for the
+	// last minutes, as the hourly children of a fixed width did). A child
+	// already past the horizon is dropped by the first pass.
+	backfill := 0
+	if cfg.SidecarChildSeconds == 0 {
+		backfill = sidecarOpenBehindSeconds
+	}
+	if err := s.ensureSidecarFrom(ctx, 1, backfill); err != nil {
 		pool.Close()
 		return nil, err
 	}
