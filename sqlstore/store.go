@@ -160,7 +160,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// From one slice back at start (transactions begun before the current
 	// slice) and, with the width chosen from the depth, the rest of the
 	// last hour in hour-aligned children (rows written by tools for the
-	// last minutes, as the hourly children of a fixed width did). A child
+	// last minutes, as the hourly children of the old default did). A child
 	// already past the horizon is dropped by the first pass.
 	backfill := 0
 	if cfg.SidecarChildSeconds == 0 {
