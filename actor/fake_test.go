@@ -140,11 +140,13 @@ func (f *fakeStore) PushMany(ctx context.Context, _ reginatype.PushShape, bs []*
 	}
 }
 
-func (f *fakeStore) LoadHydrations(_ context.Context, ps []partition.UUID, _ int) ([]reginatype.Hydration, error) {
+// StreamHydrations reports every partition with an empty window.
+func (f *fakeStore) StreamHydrations(_ context.Context, ps []partition.UUID, heads func([]reginatype.Hydration) error,
+	_ func(int, int64, time.Time, [][16]byte) error) error {
 	if f.before != nil {
 		f.before("load")
 	}
-	return make([]reginatype.Hydration, len(ps)), nil
+	return heads(make([]reginatype.Hydration, len(ps)))
 }
 
 // seen returns a copy of the batches the store saw.

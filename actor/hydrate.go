@@ -28,11 +28,6 @@ const (
 	defaultMaxHydrations = 2
 	// defaultCacheBudget is assumed when Config.CacheBudgetBytes is 0.
 	defaultCacheBudget = 512 << 20
-	// minBytesPerHash is a lower bound of what the cache holds per hash (8 B
-	// in the time-ordered slice plus at least one 18 B slot of the hash map,
-	// see cache.estimate). A window with more than budget/minBytesPerHash
-	// hashes cannot fit, so the loader stops reading there.
-	minBytesPerHash = 8 + 18
 	// hydrateTimeout bounds one load.
 	hydrateTimeout = 2 * time.Minute
 	// maxQueuedHydrations bounds the partitions waiting for a load slot;
@@ -53,7 +48,8 @@ type HydrationStats struct {
 	// when the queue was full, dropped (its next push asks again).
 	Busy uint64
 	// TooDeep counts loads skipped because the partition's sidecar could not
-	// fit the budget, or the room left in it (estimated before reading).
+	// fit the budget, or the room left in it (estimated before reading:
+	// cache.LoadBytes).
 	TooDeep uint64
 	// Running is the number of loads in flight; Queued the partitions
 	// waiting for a slot.
@@ -62,16 +58,15 @@ type HydrationStats struct {
 
 // hydrator runs the cache's background loads.
 type hydrator struct {
-	sem       chan struct{}
-	maxHashes int
-	budget    int64
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	sem    chan struct{}
+	budget int64
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	started, finished, failed, aborted, truncated, busy, tooDeep atomic.Uint64
 	// reserved is the memory the loads in flight may take (see
-	// loadBytesPerHash), counted against the budget with the cache's.
+	// cache.LoadBytes), counted against the budget with the cache's.
 	reserved atomic.Int64
 
 	// skipUntil holds partitions whose sidecar is too deep to fit the budget:
@@ -148,19 +143,6 @@ func (h *hydrator) dequeue() (partition.UUID, bool) {
 // loaded again.
 const tooDeepBackoff = time.Minute
 
-// bytesPerHashEstimate is a hash's cost in the cache (see cache/doc.go) when
-// its map was just sized for it: 8 B in the time-ordered slice, 18 B per map
-// slot at 8/7 to 16/7 slots per key (power-of-two tables), 2.4 B of the
-// segment of 10 hashes; measured 38-44 B. Used for deciding before a load
-// whether it could fit.
-const bytesPerHashEstimate = 48
-
-// loadBytesPerHash is what a load takes per hash while it runs: the cache's
-// structures plus the rows read (16 B per hash), which live until the load
-// is installed. Loads reserve it, so loads in flight and the cache together
-// stay within the budget.
-const loadBytesPerHash = bytesPerHashEstimate + 16
-
 func (h *hydrator) skip(p partition.UUID) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -187,11 +169,10 @@ func newHydrator(budget int64) *hydrator {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &hydrator{
-		sem:       make(chan struct{}, defaultMaxHydrations),
-		maxHashes: int(max(budget/minBytesPerHash, 1)),
-		budget:    budget,
-		ctx:       ctx,
-		cancel:    cancel,
+		sem:    make(chan struct{}, defaultMaxHydrations),
+		budget: budget,
+		ctx:    ctx,
+		cancel: cancel,
 	}
 }
 
@@ -287,9 +268,14 @@ const maxHydrateBatch = 64
 
 // hydrating is one partition of a batch load.
 type hydrating struct {
-	p    partition.UUID
-	tok  cache.HydrateToken
-	need int64 // bytes reserved
+	p     partition.UUID
+	tok   cache.HydrateToken
+	need  int64 // bytes reserved
+	depth int64 // the in-window hashes estimated (sqlstore.SidecarDepth)
+	load  *cache.Load
+	// missing: the partition is gone; rows: the hashes read.
+	missing bool
+	hashes  int
 }
 
 // hydrateBatch loads the partitions of ps the cache accepts (BeginHydrate)
@@ -335,14 +321,14 @@ func (r *Registry) hydrateBatch(ps []partition.UUID) {
 		// its time reading windows. Partitions that do not fit go on with
 		// the full-window probe. The room left counts the loads in flight
 		// (two loads that each fit the room alone must not both start).
-		var need int64
-		if depth, err := r.store.SidecarDepth(ctx, p); err == nil {
-			need = depth * loadBytesPerHash
+		var need, depth int64
+		if d, err := r.store.SidecarDepth(ctx, p); err == nil {
+			depth, need = d, r.cache.LoadBytes(d)
 			if !r.reserveLoad(ctx, p, tok, need, len(loads) > 0) {
 				continue
 			}
 		}
-		loads = append(loads, hydrating{p: p, tok: tok, need: need})
+		loads = append(loads, hydrating{p: p, tok: tok, need: need, depth: depth})
 	}
 	if len(loads) == 0 {
 		return
@@ -351,7 +337,24 @@ func (r *Registry) hydrateBatch(ps []partition.UUID) {
 	for i, l := range loads {
 		ids[i] = l.p
 	}
-	res, err := r.store.LoadHydrations(ctx, ids, h.maxHashes)
+	// The rows go straight into each partition's cache.Load as they
+	// arrive: a deep window is never held as rows.
+	err := r.store.StreamHydrations(ctx, ids, func(heads []reginatype.Hydration) error {
+		for i, hd := range heads {
+			if hd.Missing {
+				loads[i].missing = true
+				continue
+			}
+			loads[i].load = r.cache.NewLoad(loads[i].tok, hd.NextOffset, hd.WindowSeconds, hd.Now, loads[i].depth)
+		}
+		return nil
+	}, func(i int, first int64, at time.Time, hs [][16]byte) error {
+		if l := &loads[i]; l.load != nil {
+			l.load.Add(first, at, hs)
+			l.hashes += len(hs)
+		}
+		return nil
+	})
 	if err != nil {
 		for _, l := range loads {
 			r.cache.AbortHydrate(l.tok)
@@ -365,13 +368,13 @@ func (r *Registry) hydrateBatch(ps []partition.UUID) {
 		return
 	}
 	hashes := 0
-	for i, l := range loads {
-		n := r.finishHydration(l, &res[i], epoch)
-		hashes += n
-		// The rows are the cache's now (or garbage): free the reservation
-		// as each partition is installed.
-		res[i].Rows = nil
-		h.release(l.need)
+	for i := range loads {
+		r.finishHydration(&loads[i], epoch)
+		hashes += loads[i].hashes
+		// What the load read is the cache's now (or garbage): free the
+		// reservation as each partition is installed.
+		loads[i].load = nil
+		h.release(loads[i].need)
 		loads[i].need = 0
 	}
 	r.log.Debug().Int("partitions", len(loads)).Int("hashes", hashes).Dur("took", time.Since(start)).
@@ -417,38 +420,29 @@ func (r *Registry) reserveLoad(ctx context.Context, p partition.UUID, tok cache.
 	}
 }
 
-// finishHydration hands one partition's load to the cache and returns the
-// hashes it read.
-func (r *Registry) finishHydration(l hydrating, res *reginatype.Hydration, epoch uint64) int {
+// finishHydration hands one partition's load to the cache.
+func (r *Registry) finishHydration(l *hydrating, epoch uint64) {
 	h := r.hyd
 	switch {
-	case res.Missing:
+	case l.missing || l.load == nil:
 		r.cache.AbortHydrate(l.tok)
 		h.aborted.Add(1)
-		return 0
-	case res.Truncated:
+		return
+	case l.load.TooBig():
 		// More hashes than the budget can hold: nothing to install; do not
 		// try again before the backoff.
-		r.cache.AbortHydrate(l.tok)
+		l.load.Finish() // installs nothing: ReasonPressure
 		h.finished.Add(1)
 		h.truncated.Add(1)
 		h.skipFor(l.p, tooDeepBackoff)
-		return 0
+		return
 	}
-	rows := make([]cache.Segment, len(res.Rows))
-	hashes := 0
-	for i := range res.Rows {
-		rows[i] = cache.Segment{FirstOffset: res.Rows[i].FirstOffset, CreatedAt: res.Rows[i].CreatedAt,
-			Hashes: res.Rows[i].Hashes}
-		hashes += len(res.Rows[i].Hashes)
-	}
-	if !r.underEpoch(epoch, func() { r.cache.FinishHydrate(l.tok, res.NextOffset, res.WindowSeconds, res.Now, rows) }) {
+	if !r.underEpoch(epoch, l.load.Finish) {
 		r.cache.AbortHydrate(l.tok)
 		h.aborted.Add(1)
-		return hashes
+		return
 	}
 	h.finished.Add(1)
-	return hashes
 }
 
 // closeHydrations cancels the loads in flight and waits for them. Call it

@@ -22,7 +22,7 @@ func TestConcurrentLoadsReserveTheBudget(t *testing.T) {
 	t.Parallel()
 	const budget = 1 << 20
 	b := setup(t, Config{Cache: cache.New(cache.Config{Enabled: true, BudgetBytes: budget}), CacheBudgetBytes: budget})
-	b.store.depth.Store(budget * 6 / 10 / loadBytesPerHash) // 60% of the budget each
+	b.store.depth.Store(depthTaking(b.reg.cache, budget*6/10)) // 60% of the budget each
 	g := newGate()
 	var calls atomic.Int32
 	b.store.before = func(op string) {
@@ -89,7 +89,7 @@ func TestBatchDefersAPartitionThatFitsAlone(t *testing.T) {
 	t.Parallel()
 	const budget = 1 << 20
 	b := setup(t, Config{Cache: cache.New(cache.Config{Enabled: true, BudgetBytes: budget}), CacheBudgetBytes: budget})
-	b.store.depth.Store(budget * 4 / 10 / loadBytesPerHash) // 40% of the budget each
+	b.store.depth.Store(depthTaking(b.reg.cache, budget*4/10)) // 40% of the budget each
 	// The first two loads wait at their own gates; later ones pass.
 	gates := []*gate{newGate(), newGate()}
 	var calls atomic.Int32
@@ -125,4 +125,20 @@ func TestBatchDefersAPartitionThatFitsAlone(t *testing.T) {
 	require.Zero(t, h.TooDeep)
 	require.Equal(t, int32(4), calls.Load(), "p2 and p3 in two loads")
 	close(gates[0].release)
+}
+
+// depthTaking is the largest window whose load c estimates at most bytes.
+func depthTaking(c *cache.Cache, bytes int64) int64 {
+	lo, hi := int64(0), int64(1)
+	for c.LoadBytes(hi) <= bytes {
+		hi *= 2
+	}
+	for lo+1 < hi {
+		if mid := (lo + hi) / 2; c.LoadBytes(mid) <= bytes {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }

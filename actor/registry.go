@@ -31,9 +31,14 @@ type Store interface {
 	// SidecarDepth estimates the hashes in a partition's window, so that a
 	// cache load that could not fit the budget is not started.
 	SidecarDepth(ctx context.Context, p partition.UUID) (int64, error)
-	// LoadHydrations reads, in one snapshot, what the dedup cache needs to
-	// vouch for each of the partitions ps (at most maxHashes hashes each).
-	LoadHydrations(ctx context.Context, ps []partition.UUID, maxHashes int) ([]reginatype.Hydration, error)
+	// StreamHydrations reads, in one snapshot, what the dedup cache needs
+	// to vouch for each of the partitions ps: their heads (allocator,
+	// window, the snapshot's now(); Missing when gone), then every
+	// log_txns row in their windows, in no order, to row (hashes valid
+	// during the call only). An error from heads or row is returned as it
+	// is.
+	StreamHydrations(ctx context.Context, ps []partition.UUID, heads func([]reginatype.Hydration) error,
+		row func(i int, first int64, createdAt time.Time, hashes [][16]byte) error) error
 	// Epoch numbers the database servers seen; it moves on when the server
 	// changed (a failover), before anything runs on the new one. What the
 	// cache learned under another epoch is dropped.
@@ -433,6 +438,7 @@ func (r *Registry) Snapshot() metrics.Snapshot {
 		Cache: metrics.CacheSnapshot{
 			Hits: c.Hits, Found: c.Found, Sentinels: c.Sentinels, SentinelsByReason: c.SentinelsByReason,
 			Bytes: c.Bytes, Budget: budget, Hashes: c.Hashes,
+			FilterHashes: c.FilterHashes, FilterBytes: c.FilterBytes, ColdHits: c.ColdHits,
 			Partitions: c.Partitions, Hydrating: c.Hydrating, Tombstones: c.Tombstones, TooBig: c.TooBig,
 			Evictions: c.Evictions,
 			Hydrations: map[string]uint64{"started": h.Started, "finished": h.Finished, "failed": h.Failed,

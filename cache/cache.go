@@ -27,7 +27,17 @@ type Config struct {
 	// DefaultMaxSpan): when a repeat of an old id would pull the watermark
 	// further below what the cache knows, Watermark answers ReasonSpan.
 	MaxSpan int64
+	// HotHashes bounds the hashes a partition holds exactly (default
+	// DefaultHotHashes): beyond it, its oldest segments are held as Bloom
+	// filters (about 3 bytes a hash instead of about 40), so a deep window
+	// fits the budget. A batch hash a filter may hold lowers the watermark
+	// below that filter's segments (ReasonCold when that is beyond MaxSpan).
+	HotHashes int
 }
+
+// DefaultHotHashes is the default Config.HotHashes: 131,072 hashes, about
+// 5 MiB a partition.
+const DefaultHotHashes = 1 << 17
 
 // DefaultMaxSpan is the default Config.MaxSpan.
 const DefaultMaxSpan = 2048
@@ -47,8 +57,10 @@ type Cache struct {
 
 	hits      atomic.Uint64
 	found     atomic.Uint64
+	coldHits  atomic.Uint64
 	sentinels [numReasons]atomic.Uint64
 	maxSpan   int64
+	hotMax    int
 }
 
 // tooBigRec remembers a partition that did not fit the whole budget, so it
@@ -80,8 +92,12 @@ func New(cfg Config) *Cache {
 	if cfg.MaxSpan <= 0 {
 		cfg.MaxSpan = DefaultMaxSpan
 	}
+	if cfg.HotHashes <= 0 {
+		cfg.HotHashes = DefaultHotHashes
+	}
 	return &Cache{
 		maxSpan: cfg.MaxSpan,
+		hotMax:  cfg.HotHashes,
 		enabled: cfg.Enabled && cfg.BudgetBytes > 0,
 		budget:  cfg.BudgetBytes,
 		lru:     l,
@@ -168,9 +184,9 @@ func (c *Cache) WatermarkOriginals(p [16]byte, windowSeconds int, hashes [][16]b
 		c.sync(e)
 		return c.sentinel4(ReasonWindow)
 	}
-	w, found := e.watermark(hashes)
+	w, found, exact, cold := e.watermark(hashes)
 	var origs []int64
-	if found == len(hashes) && found > 0 {
+	if exact == len(hashes) && exact > 0 {
 		origs = dst[:0]
 		for i := range hashes {
 			origs = append(origs, e.m[hashKey(&hashes[i])])
@@ -178,9 +194,16 @@ func (c *Cache) WatermarkOriginals(p [16]byte, windowSeconds int, hashes [][16]b
 	}
 	k := e.k
 	e.mu.Unlock()
+	if cold {
+		c.coldHits.Add(1)
+	}
 	if k-w > c.maxSpan {
-		w, _ = c.sentinel(ReasonSpan)
-		return w, found, origs, ReasonSpan
+		r := ReasonSpan
+		if cold {
+			r = ReasonCold
+		}
+		w, _ = c.sentinel(r)
+		return w, found, origs, r
 	}
 	c.hits.Add(1)
 	if found > 0 {
@@ -280,6 +303,7 @@ func (e *entry) learn(windowSeconds int, first int64, hashes [][16]byte, created
 	}
 	e.addSeg(first, created, hashes)
 	e.trim()
+	e.freeze()
 	if e.okLearns++; e.okLearns >= okLearnsReset {
 		e.strikes = 0
 	}
@@ -402,6 +426,13 @@ type Stats struct {
 	SentinelsByReason      map[string]uint64
 	// Evictions counts partitions evicted to stay within the budget.
 	Evictions uint64
+	// FilterHashes is how many of Hashes are held in Bloom filter blocks
+	// (the older part of windows deeper than Config.HotHashes), FilterBytes
+	// the memory of those filters (part of Bytes). ColdHits counts the
+	// Watermark calls lowered by a filter block (a batch hash that may be
+	// among those older hashes: ReasonCold when beyond MaxSpan).
+	FilterHashes, FilterBytes int64
+	ColdHits                  uint64
 }
 
 // Bytes returns the estimated memory the cache holds, without walking the
@@ -417,6 +448,7 @@ func (c *Cache) Stats() Stats {
 	s := Stats{
 		Hits:              c.hits.Load(),
 		Found:             c.found.Load(),
+		ColdHits:          c.coldHits.Load(),
 		SentinelsByReason: make(map[string]uint64, numReasons),
 	}
 	for r := Reason(1); r < numReasons; r++ {
@@ -439,6 +471,8 @@ func (c *Cache) Stats() Stats {
 			s.Tombstones++
 		}
 		s.Hashes += e.live.Load()
+		s.FilterHashes += e.coldN.Load()
+		s.FilterBytes += e.coldBytes.Load()
 	}
 	return s
 }

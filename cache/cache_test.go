@@ -611,11 +611,13 @@ func TestByteAccounting(t *testing.T) {
 		for i := 0; i < n; i += 1000 {
 			rows = append(rows, Segment{FirstOffset: int64(i), CreatedAt: at(float64(i) / 1000), Hashes: hashes(uint32(i), min(1000, n-i))})
 		}
-		base := heap()
-		c := newCache(4 << 30)
-		hydrate(t, c, pid(1), n, 3600, at(float64(n)/1000), rows...)
-		check("fresh", c, heap()-base)
-		runtime.KeepAlive(c)
+		for _, hot := range []int{n, DefaultHotHashes} {
+			base := heap()
+			c := New(Config{Enabled: true, BudgetBytes: 4 << 30, HotHashes: hot})
+			hydrate(t, c, pid(1), n, 3600, at(float64(n)/1000), rows...)
+			check(fmt.Sprintf("fresh, %d held exactly", hot), c, heap()-base)
+			runtime.KeepAlive(c)
+		}
 		runtime.KeepAlive(rows)
 	})
 
@@ -800,4 +802,126 @@ func TestWatermarkOriginals(t *testing.T) {
 	_, _, origs, r = c.WatermarkOriginals(pid(2), 60, [][16]byte{b[1]}, dst)
 	require.Equal(t, ReasonUnknown, r)
 	require.Nil(t, origs)
+}
+
+// deepRows returns n hashes in rows of per, at offsets 0..n-1, created one
+// second per row ending at now, tagged tag.
+func deepRows(tag uint32, n, per int, now float64) []Segment {
+	rows := make([]Segment, 0, n/per+1)
+	for i := 0; i < n; i += per {
+		rows = append(rows, Segment{FirstOffset: int64(i), CreatedAt: at(now - float64(n-i)/float64(per)),
+			Hashes: hashes(tag+uint32(i), min(per, n-i))})
+	}
+	return rows
+}
+
+// TestDeepWindowHeldInFilters loads a window deeper than HotHashes: the
+// newest hashes are held exactly, the rest in filter blocks, at a small
+// fraction of the memory; fresh batches still get W = K, a repeat of a
+// recent id its exact watermark, a repeat of an old one ReasonCold.
+func TestDeepWindowHeldInFilters(t *testing.T) {
+	t.Parallel()
+	const n, per, hot = 400_000, 10, 10_000
+	c := New(Config{Enabled: true, BudgetBytes: 64 << 20, HotHashes: hot})
+	p := pid(1)
+	rows := deepRows(1, n, per, 100_000)
+	hydrate(t, c, p, n, 3*86400, at(100_000), rows...)
+	st := c.Stats()
+	require.Equal(t, 1, st.Partitions)
+	require.EqualValues(t, n, st.Hashes)
+	exact := st.Hashes - st.FilterHashes
+	require.LessOrEqual(t, exact, int64(hot), "held exactly")
+	require.Greater(t, exact, int64(hot/2))
+	require.Less(t, st.Bytes, int64(n*4+hot*64), "a deep window costs about 3 B a hash in filters")
+	for _, b := range c.mustEntry(p).cold {
+		require.InDelta(t, b.cap, b.n, per, "a load's blocks are sized for the offsets they hold")
+		require.Equal(t, bloomBytesFor(b.cap), b.f.bytes())
+	}
+	require.InDelta(t, float64(st.FilterHashes)*bloomBits/8, float64(st.FilterBytes), float64(len(c.mustEntry(p).cold)*64))
+	require.LessOrEqual(t, len(c.mustEntry(p).cold), 5, "a load makes about four blocks")
+
+	// A recent repeat: exact.
+	recent := rows[len(rows)-3]
+	w, r := wm(c, p, 3*86400, recent.Hashes[4])
+	require.Equal(t, ReasonNone, r)
+	require.Equal(t, recent.FirstOffset-1, w)
+	// An old repeat: below its filter block, far beyond MaxSpan.
+	w, r = wm(c, p, 3*86400, rows[7].Hashes[2])
+	require.Equal(t, ReasonCold, r)
+	require.Equal(t, NoWatermark, w)
+	// Fresh batches: W = K, but for the filters' rare false positives.
+	cold := 0
+	for i := range 2000 {
+		b := hashes(0xF0000000+uint32(i)*16, 10)
+		if w, r := wm(c, p, 3*86400, b...); r == ReasonCold {
+			cold++
+		} else {
+			require.Equal(t, ReasonNone, r)
+			require.Equal(t, int64(n-1), w)
+		}
+	}
+	t.Logf("fresh batches of 10 taking a full probe for a false positive: %d of 2000", cold)
+	require.Less(t, cold, 12, "false positives above 0.6% of batches of 10")
+	st = c.Stats()
+	require.EqualValues(t, 1+cold, c.sentinels[ReasonCold].Load())
+	require.Positive(t, st.ColdHits)
+}
+
+// TestLearnFreezesAndTrimsFilters: pushes beyond HotHashes freeze the oldest
+// segments into filter blocks, and a block goes whole once its newest
+// segment has left the window.
+func TestLearnFreezesAndTrimsFilters(t *testing.T) {
+	t.Parallel()
+	const hot, window = 200, 100
+	c := New(Config{Enabled: true, BudgetBytes: 1 << 20, HotHashes: hot, MaxSpan: math.MaxInt64 / 2})
+	p := pid(2)
+	hydrate(t, c, p, 0, window, at(0))
+	var first [][16]byte
+	next := int64(0)
+	for s := range 100 { // 10 hashes a second for 100 s: 1000 hashes
+		b := hashes(uint32(s)<<8, 10)
+		if s == 0 {
+			first = b
+		}
+		c.Learn(p, window, next, b, at(float64(s)))
+		next += 10
+		e := c.mustEntry(p)
+		e.mu.Lock()
+		require.LessOrEqual(t, len(e.hs)-e.hHead, hot)
+		e.mu.Unlock()
+	}
+	st := c.Stats()
+	require.EqualValues(t, 1000, st.Hashes)
+	require.GreaterOrEqual(t, st.FilterHashes, int64(1000-hot))
+	// The first segment's hash is in the oldest block: W drops below it.
+	w, r := wm(c, p, window, first[3])
+	require.Equal(t, ReasonNone, r)
+	require.Equal(t, int64(-1), w)
+	// 100 s on, everything pushed in the first 40 s (+ the 60 s margin)
+	// has left the window: the blocks holding only those are gone.
+	for s := 100; s < 200; s++ {
+		c.Learn(p, window, next, hashes(uint32(s)<<8, 10), at(float64(s)))
+		next += 10
+	}
+	e := c.mustEntry(p)
+	e.mu.Lock()
+	for _, b := range e.cold {
+		require.GreaterOrEqual(t, b.newest, at(199-window-60).UnixNano(), "a block whose every segment left the window is kept")
+	}
+	require.NotEmpty(t, e.cold)
+	require.Positive(t, e.cold[0].lo, "the oldest block was not dropped")
+	e.mu.Unlock()
+	w, _ = wm(c, p, window, first[3])
+	require.Equal(t, next-1, w, "an id whose segment left the window no longer lowers W")
+}
+
+// mustEntry returns p's entry.
+func (c *Cache) mustEntry(p [16]byte) *entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.lru.Peek(p)
+	if !ok {
+		panic("no entry")
+	}
+	return e
 }

@@ -20,7 +20,10 @@
 // (hashKey: its halves XORed); hashes sharing a key are occurrences of one
 // key, which the argument below covers unchanged (a key found lowers W below
 // every segment holding a hash with that key, a superset of the batch
-// hash's own segments), so the watermark stays exact. Partitions are evicted whole, least
+// hash's own segments), so the watermark stays exact. Beyond Config.HotHashes
+// hashes, a partition's oldest segments are held only as Bloom filters
+// (bloom.go; a coldBlock per run of consecutive segments, ~3 bytes a hash),
+// so a deep window fits the budget. Partitions are evicted whole, least
 // recently used first, to stay within a byte budget (see estimate in
 // partition.go for the formula). Partitions that were dropped remember why
 // (tombstones), so Watermark can report a Reason for metrics.
@@ -30,8 +33,10 @@
 // Invariant of a known partition, "known up to K": every hash of every
 // committed segment at offsets <= K whose created_at is >= newest - window -
 // TrimMargin is in the map, mapped to an offset at or below the first
-// offset of the lowest such segment holding it. newest is the newest
-// created_at the partition has seen.
+// offset of the lowest such segment holding it, or tests present in a
+// filter block whose first offset is at or below that segment's (a block
+// has no false negatives). newest is the newest created_at the partition
+// has seen.
 //
 //   - It is established by hydration: the loader reads next_offset N and the
 //     in-window rows in one snapshot, so K = N-1 and every segment at or
@@ -44,8 +49,17 @@
 //     wrote in between; the partition is then dropped, never extended across
 //     the hole. Segments above K that the cache has not seen are covered by
 //     the probe anyway: their first_offset is > K >= W.
+//   - Freezing (entry.freeze) moves whole segments from the map into the
+//     newest block: each key is added to the block's filter before its map
+//     entry is dropped (dropHash keeps a lower offset while other
+//     occurrences remain), so it stays covered. A load puts the rows below
+//     its exact range into blocks by offset; any row lands in a block whose
+//     first offset is at or below its own.
 //   - Watermark returns K lowered to f-1 for every batch hash held at a
-//     segment starting at f. The probe filters segments, not frames, by
+//     segment starting at f, and to lo-1 for every block that tests present
+//     for a batch hash. Blocks are tested whatever the map says: a hash can
+//     be in the map at a newer segment and in an older block too (pushed
+//     again after the older occurrence was frozen). The probe filters segments, not frames, by
 //     first_offset > W, so lowering to "frame offset - 1" would miss a hash
 //     in the middle of a segment. Because the map keeps the lowest segment
 //     (and keeps a trimmed, lower offset while later occurrences of the same
@@ -53,7 +67,8 @@
 //     so the probe finds the same earliest original, and the same message
 //     id, as a full-window probe.
 //   - Trimming is safe with W = K. An entry is trimmed only when its own
-//     created_at < newest - window - TrimMargin. newest is the created_at of
+//     created_at < newest - window - TrimMargin (a block only when its
+//     newest segment's is). newest is the created_at of
 //     a committed segment of this partition, or the now() of the loader's
 //     snapshot: database times of transactions that started before any
 //     later push transaction whose watermark the cache computes, so that

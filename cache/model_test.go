@@ -72,7 +72,7 @@ func randHash(rng *rand.Rand) (h [16]byte) {
 func newModel(t *testing.T, seed uint64, budget int64, enabled bool) *model {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	m := &model{t: t, rng: rng, budget: budget, now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(),
-		c: New(Config{Enabled: enabled, BudgetBytes: budget, MaxSpan: maxSpanFor(seed)})}
+		c: New(Config{Enabled: enabled, BudgetBytes: budget, MaxSpan: maxSpanFor(seed), HotHashes: hotHashesFor(seed)})}
 	for i := range 5 {
 		p := &mPart{window: 60, hint: 60, index: make(map[[16]byte][]int)}
 		p.id[0], p.id[15] = byte(i+1), 0xAA
@@ -251,7 +251,29 @@ func (m *model) hydrateStep(p *mPart) {
 		m.c.AbortHydrate(h.tok)
 		return
 	}
-	m.c.FinishHydrate(h.tok, h.next, h.window, time.Unix(0, h.now), h.rows)
+	if m.rng.IntN(2) == 0 {
+		m.c.FinishHydrate(h.tok, h.next, h.window, time.Unix(0, h.now), h.rows)
+		return
+	}
+	// Row by row, as the broker's loads run, with a depth estimate that
+	// may be wrong (sqlstore.SidecarDepth is read before the snapshot).
+	depth := int64(0)
+	for _, r := range h.rows {
+		depth = max(depth, h.next-r.FirstOffset)
+	}
+	switch m.rng.IntN(4) {
+	case 0:
+		depth /= 3
+	case 1:
+		depth *= 3
+	case 2:
+		depth = 0
+	}
+	l := m.c.NewLoad(h.tok, h.next, h.window, time.Unix(0, h.now), depth)
+	for _, r := range h.rows {
+		l.Add(r.FirstOffset, r.CreatedAt, r.Hashes)
+	}
+	l.Finish()
 }
 
 // checkInternal verifies the "known up to K" invariant of every known
@@ -286,12 +308,25 @@ func (m *model) checkInternal() {
 					continue
 				}
 				for _, h := range s.hashes {
-					o, ok := e.m[hashKey(&h)]
-					require.True(m.t, ok, "known up to %d but hash of segment %d missing", e.k, s.first)
-					require.LessOrEqual(m.t, o, s.first)
+					k := hashKey(&h)
+					o, ok := e.m[k]
+					held := ok && o <= s.first
+					for _, b := range e.cold {
+						held = held || (b.lo <= s.first && b.f.has(k))
+					}
+					require.True(m.t, held, "known up to %d but hash of segment %d missing", e.k, s.first)
 				}
 			}
 			require.Equal(m.t, len(e.hs)-e.hHead, int(sumSegs(e.segs[e.sHead:])))
+			require.LessOrEqual(m.t, len(e.hs)-e.hHead, e.hotMax, "more hashes held exactly than HotHashes")
+			for i, b := range e.cold {
+				require.LessOrEqual(m.t, b.lo, b.hi)
+				if i+1 < len(e.cold) {
+					require.Less(m.t, b.hi, e.cold[i+1].lo, "filter blocks overlap")
+				} else if e.sHead < len(e.segs) {
+					require.Less(m.t, b.hi, e.segs[e.sHead].first, "a filter block overlaps the exact segments")
+				}
+			}
 		}
 		e.mu.Unlock()
 	}
@@ -368,8 +403,12 @@ func TestModelRandomized(t *testing.T) {
 				require.Positive(t, m.vouched, "the cache never vouched: the test exercises nothing")
 				require.Positive(t, m.lowered, "no duplicate was found below K")
 			}
-			if budget <= 24<<10 {
+			hot := hotHashesFor(seed)
+			if budget <= 3<<10 || (budget <= 24<<10 && hot == DefaultHotHashes) {
 				require.Positive(t, st.Evictions)
+			}
+			if hot < DefaultHotHashes && budget >= 24<<10 {
+				require.Positive(t, st.ColdHits, "no watermark was lowered by a filter block: the test exercises none")
 			}
 		})
 	}
@@ -401,4 +440,18 @@ func maxSpanFor(seed uint64) int64 {
 		return 16
 	}
 	return math.MaxInt64 / 2
+}
+
+// hotHashesFor gives most seeds a small exact tier, so the model runs with
+// most of each window held in filter blocks (frozen by pushes, and built by
+// loads), and the others the default, which holds all of it exactly.
+func hotHashesFor(seed uint64) int {
+	switch seed % 3 {
+	case 0:
+		return 6
+	case 1:
+		return 40
+	default:
+		return DefaultHotHashes
+	}
 }

@@ -121,10 +121,13 @@ type entry struct {
 	dead atomic.Bool
 
 	// Written under mu, read by anyone.
-	st    atomic.Uint32 // state
-	size  atomic.Int64  // latest estimate()
-	live  atomic.Int64  // hashes held
-	clock atomic.Int64  // newest database time seen in any state
+	st   atomic.Uint32 // state
+	size atomic.Int64  // latest estimate()
+	live atomic.Int64  // hashes held
+	// coldN and coldBytes: hashes held in filter blocks, and their filters'
+	// memory.
+	coldN, coldBytes atomic.Int64
+	clock            atomic.Int64 // newest database time seen in any state
 
 	mu sync.Mutex
 
@@ -158,7 +161,28 @@ type entry struct {
 	hHead     int
 	segs      []seg // segments in offset order; segs[sHead:] are live
 	sHead     int
+	// cold holds, as filters, the older segments below segs[sHead] (in
+	// offset order, oldest first): once more than hotMax hashes are held
+	// exactly, the oldest segments are frozen into the newest block.
+	cold []coldBlock
+	// hotMax is Config.HotHashes: the most hashes held in m.
+	hotMax int
 }
+
+// coldBlock is a run of a partition's consecutive segments whose hashes are
+// held only as a Bloom filter: every hash of its segments (from offset lo to
+// hi) tests present. A hash that tests present lowers the watermark below
+// lo; one that tests absent is in none of its segments.
+type coldBlock struct {
+	lo, hi int64 // the first offset of its first segment, the last of its last
+	newest int64 // the newest created_at of its segments
+	n, cap int   // keys added, keys it is sized for
+	f      bloom
+}
+
+// coldBlockBytes is a block's struct (its filter's header included), as
+// held in entry.cold.
+const coldBlockBytes = int64(unsafe.Sizeof(coldBlock{}))
 
 func (e *entry) state() state { return state(e.st.Load()) }
 
@@ -166,7 +190,14 @@ func (e *entry) state() state { return state(e.st.Load()) }
 // change.
 func (e *entry) publish() {
 	e.size.Store(e.estimate())
-	e.live.Store(int64(len(e.hs) - e.hHead))
+	n, b := 0, int64(0)
+	for i := range e.cold {
+		n += e.cold[i].n
+		b += e.cold[i].f.bytes()
+	}
+	e.coldN.Store(int64(n))
+	e.coldBytes.Store(b)
+	e.live.Store(int64(len(e.hs) - e.hHead + n))
 }
 
 // estimate is the memory the entry holds, in bytes:
@@ -182,7 +213,20 @@ func (e *entry) estimate() int64 {
 	b += mapBytes(e.multiPeak, true, multiSlotBytes)
 	b += int64(cap(e.hs))*hashBytes + int64(cap(e.segs))*segBytes
 	b += e.bufBytes
+	b += int64(cap(e.cold)) * coldBlockBytes
+	for i := range e.cold {
+		b += e.cold[i].f.bytes()
+	}
 	return b
+}
+
+// coldHashes is the number of hashes held in filters.
+func (e *entry) coldHashes() int {
+	n := 0
+	for i := range e.cold {
+		n += e.cold[i].n
+	}
+	return n
 }
 
 // estimateFresh is estimate for a partition about to be built from nh hashes
@@ -207,6 +251,7 @@ func (e *entry) release(r Reason, backoff time.Duration) {
 	e.peak, e.multiPeak, e.churned = 0, 0, false
 	e.hs, e.hHead = nil, 0
 	e.segs, e.sHead = nil, 0
+	e.cold = nil
 	e.buf, e.bufBytes = nil, 0
 	e.k = -1
 	e.notBefore = noTime
@@ -326,6 +371,18 @@ func (e *entry) trim() {
 		return
 	}
 	cutoff := e.newest - e.windowNs - marginNs
+	// A filter goes whole, once its newest segment is out of the window.
+	nc := 0
+	for nc < len(e.cold) && e.cold[nc].newest < cutoff {
+		nc++
+	}
+	if nc > 0 {
+		e.cold = append(e.cold[:0], e.cold[nc:]...)
+		clear(e.cold[len(e.cold):cap(e.cold)])
+		if len(e.cold) == 0 {
+			e.cold = nil
+		}
+	}
 	for e.sHead < len(e.segs) {
 		s := e.segs[e.sHead]
 		if s.created >= cutoff {
@@ -340,28 +397,108 @@ func (e *entry) trim() {
 	}
 	e.hs, e.hHead = fifoShrink(e.hs, e.hHead)
 	e.segs, e.sHead = fifoShrink(e.segs, e.sHead)
-	// Go maps never give memory back: rebuild once three quarters of the
-	// peak is gone (O(live), paid for by the deletions since the last one).
+	e.rebuildMapIfSparse()
+}
+
+// watermark computes W for a known partition: k, lowered below the segment
+// of every batch hash it holds. It returns the number of hashes found.
+//
+// Every hash is also tested against every filter block: one that tests
+// present lowers W below the lowest such block (cold reports that one did)
+// and counts as found, like a held hash: a likely duplicate (or the
+// filter's false positive, which only costs a longer probe). A hash can be
+// in the map at a newer segment and in a block too (pushed again after an
+// older occurrence was frozen: another writer, a window switched off and
+// on), so the blocks are tested whatever the map says. exact counts the
+// hashes found in the map and in no block: only for those is the map's
+// offset the lowest occurrence.
+func (e *entry) watermark(hashes [][16]byte) (w int64, found, exact int, cold bool) {
+	w = e.k
+	for i := range hashes {
+		k := hashKey(&hashes[i])
+		o, held := e.m[k]
+		if held && o <= w {
+			w = o - 1
+		}
+		hit := false
+		for j := range e.cold {
+			if b := &e.cold[j]; b.f.has(k) {
+				hit = true
+				w = min(w, b.lo-1)
+			}
+		}
+		switch {
+		case hit:
+			found++
+			cold = true
+		case held:
+			found++
+			exact++
+		}
+	}
+	return w, found, exact, cold
+}
+
+// freeze moves the oldest segments held exactly into filter blocks while
+// more than hotMax hashes are held exactly, down to three quarters of
+// hotMax. The map keeps only what is frozen out of it (dropHash), so a hash
+// held in a block and again in a later segment keeps the lower offset.
+func (e *entry) freeze() {
+	live := len(e.hs) - e.hHead
+	if e.hotMax <= 0 || live <= e.hotMax {
+		return
+	}
+	target := e.hotMax - e.hotMax/4
+	for live > target && e.sHead < len(e.segs) {
+		s := e.segs[e.sHead]
+		keys := e.hs[e.hHead : e.hHead+int(s.n)]
+		b := e.coldFor(len(keys))
+		for _, k := range keys {
+			b.f.add(k)
+			e.dropHash(k)
+		}
+		e.extendCold(b, s, len(keys))
+		e.hHead += int(s.n)
+		e.sHead++
+		live -= int(s.n)
+	}
+	e.hs, e.hHead = fifoShrink(e.hs, e.hHead)
+	e.segs, e.sHead = fifoShrink(e.segs, e.sHead)
+	e.rebuildMapIfSparse()
+}
+
+// coldFor returns the block the next n keys are frozen into: the newest if
+// it has room, else a new one sized for a quarter of what the partition
+// holds in filters (at least hotMax and n), so a deep window is held in a
+// few blocks and a false positive is tested for in few filters.
+func (e *entry) coldFor(n int) *coldBlock {
+	if l := len(e.cold); l > 0 && e.cold[l-1].n+n <= e.cold[l-1].cap {
+		return &e.cold[l-1]
+	}
+	c := max(e.hotMax, e.coldHashes()/4, n)
+	e.cold = append(e.cold, coldBlock{lo: -1, newest: noTime, cap: c, f: newBloom(c)})
+	return &e.cold[len(e.cold)-1]
+}
+
+// extendCold records that block b now also holds segment s (n keys).
+func (e *entry) extendCold(b *coldBlock, s seg, n int) {
+	if b.lo < 0 {
+		b.lo = s.first
+	}
+	b.hi = s.first + s.n - 1
+	b.newest = max(b.newest, s.created)
+	b.n += n
+}
+
+// rebuildMapIfSparse rebuilds m once three quarters of its peak is gone: Go
+// maps never give memory back (O(live), paid for by the deletions since the
+// last rebuild).
+func (e *entry) rebuildMapIfSparse() {
 	if e.peak > 128 && len(e.m)*4 < e.peak {
 		m := make(map[uint64]int64, len(e.m))
 		maps.Copy(m, e.m)
 		e.m, e.peak, e.churned = m, len(m), false
 	}
-}
-
-// watermark computes W for a known partition: k, lowered below the segment
-// of every batch hash it holds. It returns the number of hashes found.
-func (e *entry) watermark(hashes [][16]byte) (w int64, found int) {
-	w = e.k
-	for i := range hashes {
-		if o, ok := e.m[hashKey(&hashes[i])]; ok {
-			found++
-			if o <= w {
-				w = o - 1
-			}
-		}
-	}
-	return w, found
 }
 
 // fifoAppend appends add to the queue s[head:], sliding the live part to the

@@ -33,6 +33,13 @@ const (
 	// (index-driven) is cheaper than scanning every segment since. Nothing
 	// is dropped.
 	ReasonSpan
+	// ReasonCold: a hash of the batch may be among the partition's older
+	// hashes, which the cache holds as Bloom filters (Config.HotHashes), and
+	// the watermark below that filter's segments would cover more than
+	// Config.MaxSpan offsets: a repeat of an old id, or (about once in
+	// 10,000 hashes a filter is tested with) a false positive. Nothing is
+	// dropped.
+	ReasonCold
 
 	numReasons
 )
@@ -47,6 +54,7 @@ var reasonNames = [numReasons]string{
 	ReasonWindow:    "window",
 	ReasonClock:     "clock",
 	ReasonSpan:      "span",
+	ReasonCold:      "cold",
 }
 
 // String returns a short snake_case name, suitable as a metric label.

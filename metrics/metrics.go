@@ -348,11 +348,16 @@ type CacheSnapshot struct {
 	SentinelsByReason map[string]uint64
 	Bytes, Budget     int64
 	Hashes            int64
-	Partitions        int
-	Hydrating         int
-	Tombstones        int
-	TooBig            int
-	Evictions         uint64
+	// FilterHashes is how many of Hashes are held in Bloom filters (the
+	// older part of deep windows), FilterBytes their memory (part of
+	// Bytes); ColdHits the watermarks a filter lowered.
+	FilterHashes, FilterBytes int64
+	ColdHits                  uint64
+	Partitions                int
+	Hydrating                 int
+	Tombstones                int
+	TooBig                    int
+	Evictions                 uint64
 	// Hydrations by result: started, finished, failed, aborted, truncated,
 	// busy (not started: too many running).
 	Hydrations        map[string]uint64
@@ -405,6 +410,9 @@ var (
 	descCacheBytes = desc("regina_dedup_cache_bytes", "Estimated memory held by the dedup cache.")
 	descBudget     = desc("regina_dedup_cache_budget_bytes", "The dedup cache's budget (QUEEN_DEDUP_CACHE_MB).")
 	descHashes     = desc("regina_dedup_cache_hashes", "Hashes held by the dedup cache.")
+	descFilterHash = desc("regina_dedup_cache_filter_hashes", "Hashes the dedup cache holds in Bloom filters (the older part of windows deeper than its exact tier), part of regina_dedup_cache_hashes.")
+	descFilterByte = desc("regina_dedup_cache_filter_bytes", "Memory of the dedup cache's Bloom filters, part of regina_dedup_cache_bytes.")
+	descColdHits   = desc("regina_dedup_cache_filter_hits_total", "Watermarks lowered because a batch hash may be in a partition's Bloom filters (a repeat of an older id, or a false positive).")
 	descCacheParts = desc("regina_dedup_cache_partitions", "Partitions in the dedup cache by state.", "state")
 	descEvictions  = desc("regina_dedup_cache_evictions_total", "Partitions evicted from the dedup cache to stay within its budget.")
 	descHydrations = desc("regina_dedup_cache_hydrations_total", "Background loads of partitions into the dedup cache, by result.", "result")
@@ -417,7 +425,7 @@ type snapshotCollector struct{ m *Metrics }
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descActors, descMailbox, descMailboxFull, descPushFailures, descWithdrawn, descAbandoned,
 		descPackTrips, descPackBatches, descReadOnly, descReadOnlyMiss, descPoolConns,
-		descPoolMax, descPoolWaits, descProbes, descFound, descCacheBytes, descBudget, descHashes, descCacheParts,
+		descPoolMax, descPoolWaits, descProbes, descFound, descCacheBytes, descBudget, descHashes, descFilterHash, descFilterByte, descColdHits, descCacheParts,
 		descEvictions, descHydrations, descHydRunning} {
 		ch <- d
 	}
@@ -463,6 +471,9 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descCacheBytes, float64(cs.Bytes))
 	gauge(descBudget, float64(cs.Budget))
 	gauge(descHashes, float64(cs.Hashes))
+	gauge(descFilterHash, float64(cs.FilterHashes))
+	gauge(descFilterByte, float64(cs.FilterBytes))
+	counter(descColdHits, float64(cs.ColdHits))
 	gauge(descCacheParts, float64(cs.Partitions), "known")
 	gauge(descCacheParts, float64(cs.Hydrating), "hydrating")
 	gauge(descCacheParts, float64(cs.Tombstones), "tombstone")

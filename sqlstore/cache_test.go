@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"regexp"
 	"slices"
 	"strconv"
@@ -332,6 +333,36 @@ func TestLoadHydrations(t *testing.T) {
 	require.Empty(t, got[2].Rows)
 	require.False(t, got[0].Truncated)
 	require.Len(t, got[0].Rows, 1)
+
+	// The depth a load is sized by counts the partition's own window only.
+	for _, c := range []struct {
+		p    partition.UUID
+		want int64
+	}{{a.ID, 5}, {b.ID, 1}, {empty.ID, 0}} {
+		d, err := st.SidecarDepth(ctx, c.p)
+		require.NoError(t, err)
+		require.Equal(t, c.want, d)
+	}
+	_, err = st.SidecarDepth(ctx, missing)
+	require.ErrorIs(t, err, reginatype.ErrPartitionMissing)
+
+	// Streamed: the heads first, then the rows; an error from the caller
+	// stops the read and comes back as it is.
+	stop := errors.New("enough")
+	var heads []reginatype.Hydration
+	n := 0
+	err = st.StreamHydrations(ctx, ps, func(h []reginatype.Hydration) error {
+		heads = h
+		return nil
+	}, func(i int, _ int64, _ time.Time, hs [][16]byte) error {
+		require.NotNil(t, heads, "a row before the heads")
+		require.False(t, heads[i].Missing)
+		n++
+		return stop
+	})
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 1, n)
+	require.True(t, heads[1].Missing)
 }
 
 func TestDecodeHashArrayRejectsOtherShapes(t *testing.T) {

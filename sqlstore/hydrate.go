@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -115,11 +116,50 @@ const (
 // (Missing when it does not exist). Rows come in no particular order (the
 // cache sorts them). A partition whose window holds more than maxHashes
 // hashes (maxHashes <= 0: no bound) is returned Truncated, without rows, and
-// its rows are no longer kept as they arrive.
+// its rows are no longer kept as they arrive. StreamHydrations reads the
+// same without holding the rows.
 func (s *Store) LoadHydrations(ctx context.Context, ps []partition.UUID, maxHashes int) ([]reginatype.Hydration, error) {
+	var out []reginatype.Hydration
+	hashes := make([]int, len(ps))
+	err := s.StreamHydrations(ctx, ps, func(h []reginatype.Hydration) error {
+		out = h
+		return nil
+	}, func(i int, first int64, at time.Time, hs [][16]byte) error {
+		h := &out[i]
+		if h.Truncated {
+			return nil
+		}
+		if hashes[i] += len(hs); maxHashes > 0 && hashes[i] > maxHashes {
+			h.Truncated, h.Rows = true, nil
+			return nil
+		}
+		h.Rows = append(h.Rows, reginatype.HydrateRow{FirstOffset: first, CreatedAt: at, Hashes: slices.Clone(hs)})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = make([]reginatype.Hydration, len(ps))
+	}
+	return out, nil
+}
+
+// StreamHydrations reads what LoadHydrations reads, in one snapshot, without
+// holding the rows: heads gets every partition's allocator, window and the
+// snapshot's now() (result i for ps[i], Missing when it does not exist)
+// before any row, then row gets each log_txns row of those partitions
+// created after now() - (the largest of their windows + 60 s), in no
+// particular order: i is the partition's index in ps, hashes the row's
+// hashes in frame order, valid only during the call (their storage is
+// reused). A deep window (millions of hashes) then costs the caller only
+// what it keeps. An error from heads or row ends the read and is returned
+// as it is.
+func (s *Store) StreamHydrations(ctx context.Context, ps []partition.UUID, heads func([]reginatype.Hydration) error,
+	row func(i int, first int64, createdAt time.Time, hashes [][16]byte) error) error {
 	out := make([]reginatype.Hydration, len(ps))
 	if len(ps) == 0 {
-		return out, nil
+		return heads(out)
 	}
 	idx := make(map[partition.UUID]int, len(ps))
 	ids := make([][16]byte, len(ps))
@@ -128,7 +168,7 @@ func (s *Store) LoadHydrations(ctx context.Context, ps []partition.UUID, maxHash
 		ids[i] = [16]byte(p)
 		out[i].Missing = true
 	}
-	hashes := make([]int, len(ps))
+	var callerErr error
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, qualify(hydrateManyHeadSQL, s.schema), ids)
@@ -150,6 +190,9 @@ func (s *Store) LoadHydrations(ctx context.Context, ps []partition.UUID, maxHash
 			if err := rows.Err(); err != nil {
 				return err
 			}
+			if callerErr = heads(out); callerErr != nil {
+				return callerErr
+			}
 			rows, err = tx.Query(ctx, qualify(hydrateManyRowsSQL, s.schema), ids, window)
 			if err != nil {
 				return err
@@ -160,9 +203,10 @@ func (s *Store) LoadHydrations(ctx context.Context, ps []partition.UUID, maxHash
 				first int64
 				at    time.Time
 				raw   [][]byte
+				hs    [][16]byte
 			)
 			// The hash arrays are decoded straight from the wire (binary
-			// format) into the row's [16]byte slice: a window holds
+			// format) into one reused [16]byte slice: a window holds
 			// millions of hashes, and scanning them into [][]byte first
 			// allocates one slice per hash.
 			rawHashes := rows.FieldDescriptions()[3].Format == pgx.BinaryFormatCode
@@ -175,41 +219,45 @@ func (s *Store) LoadHydrations(ctx context.Context, ps []partition.UUID, maxHash
 					return err
 				}
 				i, ok := idx[partition.UUID(id)]
-				if !ok || out[i].Truncated || out[i].Missing {
+				if !ok || out[i].Missing {
 					continue
 				}
-				var hs [][16]byte
 				if rawHashes {
-					if hs, err = decodeHashArray(rows.RawValues()[3]); err != nil {
+					if hs, err = decodeHashArrayInto(hs[:0], rows.RawValues()[3]); err != nil {
 						return fmt.Errorf("log_txns row at offset %d: %w", first, err)
 					}
 				} else {
-					hs = make([][16]byte, len(raw))
+					hs = hs[:0]
 					for k, b := range raw {
 						if len(b) != 16 {
 							return fmt.Errorf("log_txns row at offset %d: hash %d is %d bytes, want 16", first, k, len(b))
 						}
-						hs[k] = [16]byte(b)
+						hs = append(hs, [16]byte(b))
 					}
 				}
-				h := &out[i]
-				if hashes[i] += len(hs); maxHashes > 0 && hashes[i] > maxHashes {
-					h.Truncated, h.Rows = true, nil
-					continue
+				if callerErr = row(i, first, at, hs); callerErr != nil {
+					return callerErr
 				}
-				h.Rows = append(h.Rows, reginatype.HydrateRow{FirstOffset: first, CreatedAt: at, Hashes: hs})
 			}
 			return rows.Err()
 		})
 	if err != nil {
-		return nil, fmt.Errorf("load hydrations: %w", classify(err))
+		if callerErr != nil && errors.Is(err, callerErr) {
+			return callerErr
+		}
+		return fmt.Errorf("load hydrations: %w", classify(err))
 	}
-	return out, nil
+	return nil
 }
 
-// SidecarDepth estimates, with two index lookups, how many hashes a hydration
-// of partition p would load: its allocator minus the oldest offset still in
-// queen.log_txns (retention keeps the sidecar about one window deep).
+// SidecarDepth estimates, with index lookups, how many hashes a hydration
+// of partition p would load: its allocator minus the lowest offset of a
+// queen.log_txns row inside its queue's window (plus the cache's 60 s trim
+// margin). Only the children inside the window are read (the others are
+// pruned), each through its (partition_id, first_offset) index, stopping at
+// the first row young enough. The sidecar is often deeper than one queue's
+// window (it is kept as deep as the longest window of any queue), so
+// counting from its oldest row would overstate a short window many times.
 func (s *Store) SidecarDepth(ctx context.Context, p partition.UUID) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, s.sidecarDepthSQL(), uuidArg(p)).Scan(&n)
@@ -224,35 +272,43 @@ func (s *Store) SidecarDepth(ctx context.Context, p partition.UUID) (int64, erro
 
 func (s *Store) sidecarDepthSQL() string {
 	return qualify(`SELECT p.next_offset - coalesce((SELECT l.first_offset FROM queen.log_txns l
-		 WHERE l.partition_id = p.id ORDER BY l.first_offset LIMIT 1), p.next_offset)
-		  FROM queen.partitions p WHERE p.id = $1`, s.schema)
+		 WHERE l.partition_id = p.id
+		   AND l.created_at > now() - make_interval(secs => q.dedup_window_seconds + 60)
+		 ORDER BY l.first_offset LIMIT 1), p.next_offset)
+		  FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1`, s.schema)
 }
 
 // decodeHashArray decodes a bytea[] in PostgreSQL's binary array format (a
 // one-dimensional array of 16-byte, non-null elements: log_txns.hashes).
 func decodeHashArray(b []byte) ([][16]byte, error) {
+	return decodeHashArrayInto(nil, b)
+}
+
+// decodeHashArrayInto is decodeHashArray appending to dst (which may be
+// reused storage).
+func decodeHashArrayInto(dst [][16]byte, b []byte) ([][16]byte, error) {
 	if len(b) < 12 {
-		return nil, fmt.Errorf("hash array: %d bytes, too short", len(b))
+		return dst, fmt.Errorf("hash array: %d bytes, too short", len(b))
 	}
 	ndim := int32(binary.BigEndian.Uint32(b))
 	if ndim == 0 {
-		return nil, nil
+		return dst, nil
 	}
 	if ndim != 1 || len(b) < 20 {
-		return nil, fmt.Errorf("hash array: %d dimensions, want 1", ndim)
+		return dst, fmt.Errorf("hash array: %d dimensions, want 1", ndim)
 	}
 	n := int(int32(binary.BigEndian.Uint32(b[12:])))
 	b = b[20:]
 	if n < 0 || len(b) != n*(4+16) {
-		return nil, fmt.Errorf("hash array: %d elements in %d bytes, want 16-byte hashes", n, len(b))
+		return dst, fmt.Errorf("hash array: %d elements in %d bytes, want 16-byte hashes", n, len(b))
 	}
-	out := make([][16]byte, n)
-	for k := range out {
+	dst = slices.Grow(dst, n)
+	for k := range n {
 		if l := int32(binary.BigEndian.Uint32(b)); l != 16 {
-			return nil, fmt.Errorf("hash array: hash %d is %d bytes, want 16", k, l)
+			return dst, fmt.Errorf("hash array: hash %d is %d bytes, want 16", k, l)
 		}
-		out[k] = [16]byte(b[4:20])
+		dst = append(dst, [16]byte(b[4:20]))
 		b = b[20:]
 	}
-	return out, nil
+	return dst, nil
 }

@@ -64,6 +64,7 @@ func dedupCacheMetrics(st *metrics.Snapshot) map[string]any {
 		"hits": c.Hits, "found": c.Found,
 		"sentinels": c.Sentinels, "sentinelsByReason": c.SentinelsByReason,
 		"bytes": c.Bytes, "partitions": c.Partitions, "hashes": c.Hashes,
+		"filterHashes": c.FilterHashes, "filterBytes": c.FilterBytes, "filterHits": c.ColdHits,
 		"hydrating": c.Hydrating, "tombstones": c.Tombstones, "tooBig": c.TooBig, "evictions": c.Evictions,
 		"hydrations": map[string]any{"started": h["started"], "finished": h["finished"], "failed": h["failed"],
 			"aborted": h["aborted"], "truncated": h["truncated"], "busy": h["busy"], "tooDeep": h["too_deep"],

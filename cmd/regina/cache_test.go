@@ -36,6 +36,8 @@ type dedupCacheView struct {
 	Tombstones        int               `json:"tombstones"`
 	TooBig            int               `json:"tooBig"`
 	Evictions         uint64            `json:"evictions"`
+	FilterHashes      int64             `json:"filterHashes"`
+	FilterHits        uint64            `json:"filterHits"`
 	Hydrations        struct {
 		Started   uint64 `json:"started"`
 		Finished  uint64 `json:"finished"`
@@ -65,6 +67,8 @@ func (s *dedupCacheView) add(v dedupCacheView) {
 	s.Found += v.Found
 	s.Sentinels += v.Sentinels
 	s.Evictions += v.Evictions
+	s.FilterHits += v.FilterHits
+	s.FilterHashes = max(s.FilterHashes, v.FilterHashes)
 	if s.SentinelsByReason == nil {
 		s.SentinelsByReason = make(map[string]uint64)
 	}
@@ -476,7 +480,10 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 	packed := func(c *Config) { c.PushShape, c.PackSenders = "packed", 1 }
 	pipelined := func(c *Config) { c.PushShape, c.PackSenders = "pipelined", 1 }
 	on := [2]func(*Config){
-		func(c *Config) { common(c); packed(c); c.DedupCache = true },
+		// Broker 0 holds only 4 hashes a partition exactly and the rest in
+		// Bloom filters (cache.Config.HotHashes): the filter tier against
+		// PostgreSQL. Broker 1 holds its windows exactly, in 8 KiB.
+		func(c *Config) { common(c); packed(c); c.DedupCache = true; c.dedupCacheHotHashes = 4 },
 		func(c *Config) { common(c); packed(c); c.DedupCache = true; c.dedupCacheBytes = 8 << 10 },
 	}
 	off := [2]func(*Config){
@@ -564,6 +571,8 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 	b0, b1 := wOn.stats[0], wOn.stats[1]
 	require.Greater(t, b0.Hits, uint64(50), "broker 0's cache answered watermarks")
 	require.Greater(t, b0.Found, uint64(10), "broker 0's cache found repeated hashes")
+	require.Positive(t, b0.FilterHashes, "broker 0 held hashes in filters")
+	require.Positive(t, b0.FilterHits, "broker 0's filters lowered watermarks")
 	require.Positive(t, b0.SentinelsByReason["gap"]+b1.SentinelsByReason["gap"], "writes through the other broker were gaps")
 	require.Positive(t, b0.SentinelsByReason["window"]+b1.SentinelsByReason["window"], "window changes dropped partitions")
 	require.Positive(t, b1.Hits, "broker 1's cache answered watermarks")
@@ -604,8 +613,15 @@ type regHarness struct {
 
 func newRegHarness(t *testing.T, budget int64) *regHarness {
 	t.Helper()
+	return newRegHarnessCache(t, cache.Config{Enabled: true, BudgetBytes: budget})
+}
+
+// newRegHarnessCache is newRegHarness with a cache configured by cfg.
+func newRegHarnessCache(t *testing.T, cfg cache.Config) *regHarness {
+	t.Helper()
+	budget := cfg.BudgetBytes
 	st := sqlstoretest.Open(t)
-	c := cache.New(cache.Config{Enabled: true, BudgetBytes: budget})
+	c := cache.New(cfg)
 	reg := actor.NewRegistry(st, actor.Config{Cache: c, CacheBudgetBytes: budget, Logger: zerolog.Nop()})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -743,4 +759,71 @@ func TestHydrationOfAPartitionTooBigForTheBudget(t *testing.T) {
 	require.Equal(t, []string{"duplicate", "duplicate", "queued", "duplicate"}, st)
 	require.Equal(t, partition.ZeroUUID, g.Results[1].MessageID, "preloaded without a segment")
 	require.Equal(t, uint64(1), h.reg.Stats().Hydrations.Started, "no reload during the pressure backoff")
+}
+
+// A partition whose window is deeper than the cache's exact tier is loaded
+// with its older hashes in filters, read row by row from PostgreSQL: the
+// cache then vouches for new pushes (watermark, no full-window probe) in
+// a fraction of the memory exact keys take, a repeat of a recent id gets its
+// exact watermark and one of an old id the full-window probe, and every
+// verdict is the database's.
+func TestHydrationOfADeepPartitionInFilters(t *testing.T) {
+	t.Parallel()
+	const n, hot = 20000, 1000
+	h := newRegHarnessCache(t, cache.Config{Enabled: true, BudgetBytes: 64 << 20, HotHashes: hot})
+	ctx := context.Background()
+	ref, err := h.st.EnsurePartition(ctx, "deep", "p")
+	require.NoError(t, err)
+	d := newDB(t, h.st.Schema())
+	// 200 rows of 100 hashes (of deep-0 ... deep-19999), a second apart
+	// over the last minutes, and no segments.
+	all := make([][]byte, n)
+	for i := range all {
+		h := partition.HashTxID("deep-" + strconv.Itoa(i))
+		all[i] = h[:]
+	}
+	d.exec(t, `INSERT INTO queen.log_txns (partition_id, first_offset, created_at, hashes)
+		SELECT $1::uuid, i * 100, now() - make_interval(secs => 400 - i), ($2::bytea[])[i * 100 + 1 : i * 100 + 100]
+		  FROM generate_series(0, 199) i`, [16]byte(ref.ID), all)
+	d.exec(t, `UPDATE queen.partitions SET next_offset = $2 WHERE id = $1`, [16]byte(ref.ID), n)
+
+	st, _ := h.push(t, "deep", "p", "new-0")
+	require.Equal(t, []string{"queued"}, st)
+	checkFor(t, 30*time.Second, 2*time.Millisecond, func() error {
+		if s := h.reg.Stats(); s.DedupCache.Partitions != 1 || s.Hydrations.Running != 0 {
+			return fmt.Errorf("cache %+v, hydrations %+v", s.DedupCache, s.Hydrations)
+		}
+		return nil
+	})
+	s := h.reg.Stats()
+	require.EqualValues(t, 1, s.Hydrations.Finished)
+	require.Zero(t, s.Hydrations.TooDeep+s.Hydrations.Truncated)
+	c := s.DedupCache
+	require.GreaterOrEqual(t, c.Hashes, int64(n))
+	require.Greater(t, c.FilterHashes, int64(n-hot), "the older hashes are in filters")
+	require.Less(t, c.Bytes, int64(n*8), "a fraction of the ~40 B a hash held exactly")
+
+	// New ids: the cache vouches (no full-window probe).
+	before := h.reg.Stats().DedupCache
+	for i := range 20 {
+		st, _ := h.push(t, "deep", "p", "new-a"+strconv.Itoa(i), "new-b"+strconv.Itoa(i))
+		require.Equal(t, []string{"queued", "queued"}, st)
+	}
+	after := h.reg.Stats().DedupCache
+	// A filter's false positive (about 2.5e-4 a hash against four blocks;
+	// two of these 40 ids were at 20 bits a hash) sends its push to the
+	// full-window probe.
+	hits, cold := after.Hits-before.Hits, after.SentinelsByReason["cold"]-before.SentinelsByReason["cold"]
+	require.EqualValues(t, 20, hits+cold, "every push of new ids got a watermark, or a filter's false positive: %+v", after.SentinelsByReason)
+	require.GreaterOrEqual(t, hits, uint64(16))
+	// Repeats: of a recent id (held exactly), of an old one (in a filter),
+	// and of an id pushed since: all duplicates, the database says so.
+	st, _ = h.push(t, "deep", "p", "deep-19990", "new-a3")
+	require.Equal(t, []string{"duplicate", "duplicate"}, st)
+	require.Equal(t, after.Hits+1, h.reg.Stats().DedupCache.Hits, "recent repeats: held exactly, a watermark")
+	st, _ = h.push(t, "deep", "p", "deep-19990", "deep-5", "new-a3", "new-c")
+	require.Equal(t, []string{"duplicate", "duplicate", "duplicate", "queued"}, st)
+	last := h.reg.Stats().DedupCache
+	require.Equal(t, cold+1, last.SentinelsByReason["cold"]-before.SentinelsByReason["cold"],
+		"the old id was found in a filter: the full-window probe")
 }

@@ -112,6 +112,9 @@ type Config struct {
 	// dedupCacheBytes, when > 0, replaces DedupCacheMB << 20 as the dedup
 	// cache's budget: tests use it for budgets below 1 MiB.
 	dedupCacheBytes int64
+	// dedupCacheHotHashes, when > 0, is cache.Config.HotHashes (tests: a
+	// small exact tier puts most of each window in filters).
+	dedupCacheHotHashes int
 
 	// statsFlush, when > 0, replaces MetricsAggregateSeconds (tests).
 	statsFlush time.Duration

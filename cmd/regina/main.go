@@ -153,7 +153,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	// The dedup cache only lowers the probe's span; off (or evicted) it
 	// changes no verdict.
 	cacheBudget := cfg.cacheBudget()
-	dedupCache := cache.New(cache.Config{Enabled: cfg.DedupCache, BudgetBytes: cacheBudget})
+	dedupCache := cache.New(cache.Config{Enabled: cfg.DedupCache, BudgetBytes: cacheBudget, HotHashes: cfg.dedupCacheHotHashes})
 	shape, err := reginatype.ParsePushShape(cfg.PushShape)
 	if err != nil {
 		return err

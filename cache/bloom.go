@@ -1,0 +1,93 @@
+package cache
+
+// A bloom is a blocked Bloom filter over hash keys (hashKey): a key sets, and
+// is tested by, bloomProbes bits of one 512-bit block (a cache line), so a
+// test costs one memory access. It has no false negatives: a key added is
+// always reported present. A key never added is reported present with a
+// probability that depends on how full the filter is: sized at bloomBits
+// bits per key, about 6 in 100,000 when full (TestBloomFalsePositives).
+// It cannot delete: the cache drops a whole filter once every key in it has
+// left the window.
+type bloom struct {
+	words []uint64 // len = 8 * blocks
+	nblk  uint64
+}
+
+const (
+	// bloomBits is the filter's size per key it is made for.
+	bloomBits = 24
+	// bloomProbes is the bits a key sets in its block.
+	bloomProbes = 10
+	// bloomBlockWords is one 512-bit block.
+	bloomBlockWords = 8
+)
+
+// newBloom returns a filter sized for n keys.
+func newBloom(n int) bloom {
+	nblk := max(1, (n*bloomBits+511)/512)
+	return bloom{words: make([]uint64, nblk*bloomBlockWords), nblk: uint64(nblk)}
+}
+
+// bloomBytesFor is the memory of a filter sized for n keys.
+func bloomBytesFor(n int) int64 {
+	return int64(max(1, (n*bloomBits+511)/512)) * bloomBlockWords * 8
+}
+
+// bytes is the memory the filter's bit array holds.
+func (b *bloom) bytes() int64 { return int64(cap(b.words)) * 8 }
+
+// mix64 is SplitMix64's finaliser: every output bit depends on every input
+// bit, so the bits a key sets are independent of the block it picks.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// locate returns the first word of key's block and the two words its bit
+// positions are drawn from (nine bits each: seven from h1, three from h2).
+func (b *bloom) locate(key uint64) (base uint64, h1, h2 uint64) {
+	h1 = mix64(key)
+	h2 = mix64(key ^ 0x9e3779b97f4a7c15)
+	// The block from h2's top 32 bits (multiply-shift reduction), the bit
+	// positions from h1 and h2's low 27 bits: disjoint bits of the mixes.
+	base = ((h2 >> 32) * b.nblk >> 32) * bloomBlockWords
+	return base, h1, h2
+}
+
+// add sets key's bits.
+func (b *bloom) add(key uint64) {
+	base, h1, h2 := b.locate(key)
+	w := b.words[base : base+bloomBlockWords : base+bloomBlockWords]
+	for i := range bloomProbes {
+		var pos uint64
+		if i < 7 {
+			pos = (h1 >> (9 * i)) & 511
+		} else {
+			pos = (h2 >> (9 * (i - 7))) & 511
+		}
+		w[pos>>6] |= 1 << (pos & 63)
+	}
+}
+
+// has reports whether key may have been added (false: it certainly was
+// not).
+func (b *bloom) has(key uint64) bool {
+	base, h1, h2 := b.locate(key)
+	w := b.words[base : base+bloomBlockWords : base+bloomBlockWords]
+	for i := range bloomProbes {
+		var pos uint64
+		if i < 7 {
+			pos = (h1 >> (9 * i)) & 511
+		} else {
+			pos = (h2 >> (9 * (i - 7))) & 511
+		}
+		if w[pos>>6]&(1<<(pos&63)) == 0 {
+			return false
+		}
+	}
+	return true
+}
