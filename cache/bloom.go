@@ -47,8 +47,8 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
-// locate returns the first word of key's block and the two words its bit
-// positions are drawn from (nine bits each: seven from h1, three from h2).
+// locate returns the first word of key's block and the two mixes its bit
+// positions are drawn from (bitPos).
 func (b *bloom) locate(key uint64) (base uint64, h1, h2 uint64) {
 	h1 = mix64(key)
 	h2 = mix64(key ^ 0x9e3779b97f4a7c15)
@@ -58,17 +58,21 @@ func (b *bloom) locate(key uint64) (base uint64, h1, h2 uint64) {
 	return base, h1, h2
 }
 
+// bitPos is the i-th of a key's bloomProbes bit positions in its block:
+// nine bits each, seven from h1 and three from h2's low 27 bits.
+func bitPos(i int, h1, h2 uint64) uint64 {
+	if i < 7 {
+		return (h1 >> (9 * i)) & 511
+	}
+	return (h2 >> (9 * (i - 7))) & 511
+}
+
 // add sets key's bits.
 func (b *bloom) add(key uint64) {
 	base, h1, h2 := b.locate(key)
 	w := b.words[base : base+bloomBlockWords : base+bloomBlockWords]
 	for i := range bloomProbes {
-		var pos uint64
-		if i < 7 {
-			pos = (h1 >> (9 * i)) & 511
-		} else {
-			pos = (h2 >> (9 * (i - 7))) & 511
-		}
+		pos := bitPos(i, h1, h2)
 		w[pos>>6] |= 1 << (pos & 63)
 	}
 }
@@ -79,13 +83,7 @@ func (b *bloom) has(key uint64) bool {
 	base, h1, h2 := b.locate(key)
 	w := b.words[base : base+bloomBlockWords : base+bloomBlockWords]
 	for i := range bloomProbes {
-		var pos uint64
-		if i < 7 {
-			pos = (h1 >> (9 * i)) & 511
-		} else {
-			pos = (h2 >> (9 * (i - 7))) & 511
-		}
-		if w[pos>>6]&(1<<(pos&63)) == 0 {
+		if pos := bitPos(i, h1, h2); w[pos>>6]&(1<<(pos&63)) == 0 {
 			return false
 		}
 	}
