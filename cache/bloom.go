@@ -47,15 +47,19 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
-// locate returns the first word of key's block and the two mixes its bit
-// positions are drawn from (bitPos).
-func (b *bloom) locate(key uint64) (base uint64, h1, h2 uint64) {
-	h1 = mix64(key)
-	h2 = mix64(key ^ 0x9e3779b97f4a7c15)
-	// The block from h2's top 32 bits (multiply-shift reduction), the bit
-	// positions from h1 and h2's low 27 bits: disjoint bits of the mixes.
-	base = ((h2 >> 32) * b.nblk >> 32) * bloomBlockWords
-	return base, h1, h2
+// mixes returns the two mixes of key that choose its block and bit
+// positions: computed once per key, whatever the number of filters it is
+// tested against.
+func mixes(key uint64) (h1, h2 uint64) {
+	return mix64(key), mix64(key ^ 0x9e3779b97f4a7c15)
+}
+
+// block returns key's block (its 8 words) from its mixes: from h2's top 32
+// bits (multiply-shift reduction); the bit positions use h1 and h2's low 27
+// bits, disjoint bits of the mixes.
+func (b *bloom) block(h2 uint64) []uint64 {
+	base := ((h2 >> 32) * b.nblk >> 32) * bloomBlockWords
+	return b.words[base : base+bloomBlockWords : base+bloomBlockWords]
 }
 
 // bitPos is the i-th of a key's bloomProbes bit positions in its block:
@@ -69,8 +73,8 @@ func bitPos(i int, h1, h2 uint64) uint64 {
 
 // add sets key's bits.
 func (b *bloom) add(key uint64) {
-	base, h1, h2 := b.locate(key)
-	w := b.words[base : base+bloomBlockWords : base+bloomBlockWords]
+	h1, h2 := mixes(key)
+	w := b.block(h2)
 	for i := range bloomProbes {
 		pos := bitPos(i, h1, h2)
 		w[pos>>6] |= 1 << (pos & 63)
@@ -80,8 +84,13 @@ func (b *bloom) add(key uint64) {
 // has reports whether key may have been added (false: it certainly was
 // not).
 func (b *bloom) has(key uint64) bool {
-	base, h1, h2 := b.locate(key)
-	w := b.words[base : base+bloomBlockWords : base+bloomBlockWords]
+	h1, h2 := mixes(key)
+	return b.hasMixes(h1, h2)
+}
+
+// hasMixes is has for a key's mixes.
+func (b *bloom) hasMixes(h1, h2 uint64) bool {
+	w := b.block(h2)
 	for i := range bloomProbes {
 		if pos := bitPos(i, h1, h2); w[pos>>6]&(1<<(pos&63)) == 0 {
 			return false

@@ -197,7 +197,13 @@ func (c *Cache) newLoad(t HydrateToken, next int64, windowSeconds int, newest, d
 	if newest != noTime {
 		l.cutoff = newest - l.windowNs - marginNs
 	}
+	// A window that fits the exact tier (by the estimate) is held exactly,
+	// as a partition that never grew past it is; a deeper one keeps three
+	// quarters of the tier, as freezing leaves it.
 	keep := int64(c.hotMax - c.hotMax/4)
+	if depth <= int64(c.hotMax) {
+		keep = max(keep, depth)
+	}
 	l.split = next - keep
 	l.lo0 = max(0, next-max(depth, 0))
 	if r := l.split - l.lo0; r > 0 {

@@ -421,10 +421,13 @@ func (e *entry) watermark(hashes [][16]byte) (w int64, found, exact int, cold bo
 			w = o - 1
 		}
 		hit := false
-		for j := range e.cold {
-			if b := &e.cold[j]; b.f.has(k) {
-				hit = true
-				w = min(w, b.lo-1)
+		if len(e.cold) > 0 {
+			h1, h2 := mixes(k)
+			for j := range e.cold {
+				if b := &e.cold[j]; b.f.hasMixes(h1, h2) {
+					hit = true
+					w = min(w, b.lo-1)
+				}
 			}
 		}
 		switch {
