@@ -26,7 +26,7 @@ help: ## Show this list of targets
 	@echo
 	@echo 'Variables: ARGS (run, loadtest, faults), GOTESTFLAGS (e.g. -race, -run X, -v),'
 	@echo '           ITERATIONS (bench), FUZZTIME (fuzz), DURATION (faults, soak, compare), SOAK_PNG,'
-	@echo '           WARMUP ITEMS ROUNDS SCALE_PARTITIONS SCALE_HASHES SCALE_POP (compare),'
+	@echo '           WARMUP ITEMS ROUNDS SCALE_PARTITIONS SCALE_HASHES SCALE_POP SCALE_WINDOW (compare),'
 	@echo '           QUEEN_URL QUEEN_DATABASE (compare: also a Queen server you run),'
 	@echo '           DATABASE_URL (use this PostgreSQL instead of a local one).'
 
@@ -105,6 +105,8 @@ SCALE_PARTITIONS ?= 1,1k,100k
 SCALE_HASHES ?= 100k,10M,100M
 SCALE_POP ?= 100,100k
 SCALE_ROUNDS ?= 1
+# The dedup window of the hash points' queue (a Go duration); their preload spreads over it.
+SCALE_WINDOW ?= 24h
 # The drain phase: partitions (each with SCALE_DRAIN_PER messages), or none.
 SCALE_DRAIN ?= 5k
 SCALE_DRAIN_PER ?= 4
@@ -121,5 +123,5 @@ compare/scale: ## Push and pop as partitions and in-window hashes grow, a 5k-par
 	$(GO) build -o bin/regina-compare ./bench/compare
 	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -scale -database-url "$$url" $(COMPARE_FLAGS) \
 		-scale-partitions '$(SCALE_PARTITIONS)' -scale-hashes '$(SCALE_HASHES)' -scale-pop '$(SCALE_POP)' -scale-rounds $(SCALE_ROUNDS) \
-		-scale-drain '$(SCALE_DRAIN)' -scale-drain-per $(SCALE_DRAIN_PER) $(if $(SCALE_ONLY),-scale-only '$(SCALE_ONLY)') \
+		-scale-window '$(SCALE_WINDOW)' -scale-drain '$(SCALE_DRAIN)' -scale-drain-per $(SCALE_DRAIN_PER) $(if $(SCALE_ONLY),-scale-only '$(SCALE_ONLY)') \
 		-command '$(COMPARE_CMD)' $(COMPARE_ARGS)

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -60,6 +61,9 @@ type config struct {
 	scaleCeiling   bool
 	plotDir        string
 	preloadDropIdx bool
+	// scaleWindow is the dedup window of the hash points' queue (the
+	// partition points keep the default hour).
+	scaleWindow time.Duration
 
 	scalePop          []int
 	scalePopConsumers int
@@ -150,6 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.scaleCeiling, "scale-ceiling", true, "scale mode: also measure the pgx ceiling at every point")
 	fs.StringVar(&c.plotDir, "plot-dir", "bench", "scale mode: directory for scale-partitions.png and scale-hashes.png")
 	fs.BoolVar(&c.preloadDropIdx, "preload-drop-index", true, "scale mode: drop the GIN index while preloading and rebuild it after (same definition)")
+	fs.DurationVar(&c.scaleWindow, "scale-window", 24*time.Hour, "scale mode: dedup window of the hash points' queue (whole seconds, at least 2m); the preload spreads its hashes over it, less a reserve for the run")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -216,6 +221,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-scale-pop-consumers and -scale-pop-backlog must be >= 1")
 	case c.scaleDrainPer < 1 || c.scaleDrainConsumers < 1:
 		return nil, errors.New("-scale-drain-per and -scale-drain-consumers must be >= 1")
+	case c.scaleWindow < minScaleWindow || c.scaleWindow%time.Second != 0 || c.scaleWindow > time.Duration(math.MaxInt32)*time.Second:
+		return nil, fmt.Errorf("-scale-window must be whole seconds between %s and 2^31-1 s, not %s", minScaleWindow, c.scaleWindow)
 	case c.natsInflight < 1 || c.natsConns < 0:
 		return nil, errors.New("-nats-inflight must be >= 1 and -nats-conns >= 0")
 	}
@@ -660,13 +667,23 @@ func (h *harness) outPath() string {
 type pgSpace struct {
 	schema string
 	store  *sqlstore.Store
+	// childSeconds is the width of the hash sidecar children the harness's
+	// stores create on it (sqlstore.Config.SidecarChildSeconds; 0 = the
+	// store's default).
+	childSeconds int
 }
 
 // openSpace creates and migrates schema regina_cmp_<tag><suffix>.
 func (h *harness) openSpace(suffix string, conns int) (*pgSpace, error) {
-	sp := &pgSpace{schema: "regina_cmp_" + h.runTag + suffix}
+	return h.openSpaceChild(suffix, conns, 0)
+}
+
+// openSpaceChild is openSpace with the hash sidecar children the harness's
+// stores create on the schema childSeconds wide (0 = the store's default).
+func (h *harness) openSpaceChild(suffix string, conns, childSeconds int) (*pgSpace, error) {
+	sp := &pgSpace{schema: "regina_cmp_" + h.runTag + suffix, childSeconds: childSeconds}
 	h.spaces = append(h.spaces, sp) // dropped at cleanup even if Open fails half way
-	st, err := h.openStore(sp.schema, conns)
+	st, err := h.openStore(sp, conns)
 	if err != nil {
 		return nil, err
 	}
@@ -707,11 +724,17 @@ func redact(s string) string {
 	return passwordKVRE.ReplaceAllString(passwordRE.ReplaceAllString(s, "$1:***@"), "$1***")
 }
 
-// openStore opens (and migrates) a store on schema with a pool of conns.
-func (h *harness) openStore(schema string, conns int) (*sqlstore.Store, error) {
+// openStore opens (and migrates) a store on sp's schema with a pool of
+// conns.
+func (h *harness) openStore(sp *pgSpace, conns int) (*sqlstore.Store, error) {
 	ctx, cancel := context.WithTimeout(h.stop, time.Minute)
 	defer cancel()
-	return sqlstore.Open(ctx, sqlstore.Config{URL: h.dbURL, Schema: schema, MaxConns: int32(conns), Logger: zerolog.Nop()})
+	st, err := sqlstore.Open(ctx, sqlstore.Config{URL: h.dbURL, Schema: sp.schema, MaxConns: int32(conns),
+		SidecarChildSeconds: sp.childSeconds, Logger: zerolog.Nop()})
+	if err != nil {
+		return nil, fmt.Errorf("open store on %s: %w", sp.schema, err)
+	}
+	return st, nil
 }
 
 // closeStore closes the schema's pool (the schema stays).

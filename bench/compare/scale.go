@@ -16,6 +16,7 @@ import (
 
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
+	"github.com/regina-mq/regina/sqlstore"
 )
 
 const (
@@ -46,8 +47,12 @@ type scaleState struct {
 	hashesAtStart map[string]int64 // point -> in-window hashes of the Regina queue when its phase started
 	ceilAtStart   map[string]int64
 	preloadTime   map[string]time.Duration
-	startup       map[string][]time.Duration // broker start to every partition answered, per round
-	restart       *restartState
+	preloaded     map[string]int64 // point -> hashes its preload wrote into the Regina schema
+	// expired lists the phases that started with fewer hashes in their
+	// window than the point's preload wrote (preloaded rows had left it).
+	expired []string
+	startup map[string][]time.Duration // broker start to every partition answered, per round
+	restart *restartState
 }
 
 // scalePt is one point of a scale curve, with its schemas: one for Regina,
@@ -59,8 +64,11 @@ type scalePt struct {
 	k          int
 	partitions int
 	preload    int
-	reg, ceil  *pgSpace
-	ceilRefs   []reginatype.PartitionRef
+	// window is the dedup window of the point's queue (0: the default,
+	// which a push's implicit queue creation gives).
+	window    time.Duration
+	reg, ceil *pgSpace
+	ceilRefs  []reginatype.PartitionRef
 }
 
 const scaleQueue = "scale"
@@ -73,7 +81,8 @@ const scaleQueue = "scale"
 // all points; then the restart phase runs on the largest hash point.
 func (h *harness) runScale() error {
 	c := h.cfg
-	h.scale = &scaleState{hashesAtStart: map[string]int64{}, ceilAtStart: map[string]int64{}, preloadTime: map[string]time.Duration{}, startup: map[string][]time.Duration{}}
+	h.scale = &scaleState{hashesAtStart: map[string]int64{}, ceilAtStart: map[string]int64{}, preloadTime: map[string]time.Duration{},
+		preloaded: map[string]int64{}, startup: map[string][]time.Duration{}}
 	base := h.wl
 	defer func() { h.wl = base }()
 	parts := slices.Clone(c.scaleParts)
@@ -85,7 +94,7 @@ func (h *harness) runScale() error {
 		pts = append(pts, &scalePt{name: partsPoint(n), k: len(pts) + 1, partitions: n})
 	}
 	for _, n := range hashes {
-		pts = append(pts, &scalePt{name: hashesPoint(n), k: len(pts) + 1, partitions: c.partitions, preload: n})
+		pts = append(pts, &scalePt{name: hashesPoint(n), k: len(pts) + 1, partitions: c.partitions, preload: n, window: c.scaleWindow})
 	}
 	// The pop points first: their history is slow to write at 100k
 	// partitions, and the hash points' rows must still be inside their
@@ -122,6 +131,7 @@ func (h *harness) runScale() error {
 			tag := h.runTag + "." + strconv.Itoa(p.k) + "." + strconv.Itoa(r)
 			if have, err := h.inWindowHashes(h.stop, p.reg, scaleQueue); err == nil {
 				h.scale.hashesAtStart[p.name+"/"+strconv.Itoa(r)] = have
+				h.scale.noteExpired(p.name, p.name+", round "+strconv.Itoa(r+1), have)
 			}
 			t := time.Now()
 			b, err := h.startBroker(p.reg, true, "regina-scale-"+strconv.Itoa(p.k))
@@ -145,10 +155,11 @@ func (h *harness) runScale() error {
 			}
 			if have, err := h.inWindowHashes(h.stop, p.ceil, scaleQueue); err == nil {
 				h.scale.ceilAtStart[p.name+"/"+strconv.Itoa(r)] = have
+				h.scale.noteExpired(p.name, p.name+" ceiling, round "+strconv.Itoa(r+1), have)
 			}
 			// The ceiling's pool is opened for its phase only: seven idle
 			// pools of -connections would exhaust max_connections.
-			st, err := h.openStore(p.ceil.schema, c.connections)
+			st, err := h.openStore(p.ceil, c.connections)
 			if err != nil {
 				return err
 			}
@@ -165,7 +176,7 @@ func (h *harness) runScale() error {
 	// The restart phase runs on the largest hash point (the last point).
 	if c.scaleRestart && len(hashes) > 0 && h.stop.Err() == nil {
 		last := pts[len(pts)-1]
-		return h.runRestart(last.reg, last.partitions)
+		return h.runRestart(last.reg, last.partitions, last.name)
 	}
 	return nil
 }
@@ -208,35 +219,77 @@ func (h *harness) waitCacheSettled(baseURL string, limit time.Duration) string {
 	}
 }
 
+// noteExpired records phase (of point) as started after some of the point's
+// preloaded hashes had left the window: have in-window hashes, fewer than
+// the preload wrote.
+func (st *scaleState) noteExpired(point, phase string, have int64) {
+	if pre, ok := st.preloaded[point]; ok && have < pre {
+		st.expired = append(st.expired, fmt.Sprintf("%s (%s in the window, %s preloaded)", phase, shortCount(int(have)), shortCount(int(pre))))
+	}
+}
+
+// hashOptions are the options of a hash point's queue: the defaults, with
+// the dedup window.
+func hashOptions(window time.Duration) partition.QueueOptions {
+	o := partition.DefaultQueueOptions()
+	o.DedupWindowSeconds = int(window / time.Second)
+	return o
+}
+
+// hashChildSeconds is the width of the hash sidecar children for a hash
+// point's queue: the one the broker uses for that depth.
+func hashChildSeconds(window time.Duration) int {
+	return sqlstore.SidecarChildSecondsFor(hashOptions(window).SidecarRetentionSeconds())
+}
+
 // prepareScalePoint creates the point's schemas, its partitions and its
-// preloaded hashes.
+// preloaded hashes. A hash point's queue is configured first (through the
+// store's Configure, as the configure endpoint does) with the point's
+// window, and both schemas get the same span of preloaded times
+// (preloadSpanFor, from the start of the preparation).
 func (h *harness) prepareScalePoint(p *scalePt) error {
 	c := h.cfg
 	t := time.Now()
 	h.logf("preparing point %s", p.name)
+	span := preloadSpanFor(t, p.window)
+	child := 0
+	if p.window > 0 {
+		child = hashChildSeconds(p.window)
+	}
 	prepare := func(sp *pgSpace) ([]reginatype.PartitionRef, error) {
+		if p.window > 0 {
+			if _, err := sp.store.Configure(h.stop, scaleQueue, "", "", hashOptions(p.window)); err != nil {
+				return nil, fmt.Errorf("point %s: %w", p.name, err)
+			}
+		}
 		refs, err := h.scalePartitions(h.stop, sp, scaleQueue, p.partitions)
 		if err != nil {
 			return nil, err
 		}
 		if p.preload > 0 {
-			h.logf("  preloading %s hashes into %d partitions of %s", shortCount(p.preload), p.partitions, sp.schema)
-			if err := h.preload(h.stop, sp, scaleQueue, p.preload); err != nil {
-				return nil, err
+			h.logf("  preloading %s hashes into %d partitions of %s, window %s, spread over %s", shortCount(p.preload), p.partitions,
+				sp.schema, p.window, span.until.Sub(span.from).Round(time.Second))
+			if err := h.preload(h.stop, sp, refIDs(refs), p.preload, span, child); err != nil {
+				return nil, fmt.Errorf("point %s: %w", p.name, err)
 			}
 		}
 		return refs, nil
 	}
 	var err error
-	if p.reg, err = h.openSpace("_"+strconv.Itoa(p.k)+"r", 2); err != nil {
+	if p.reg, err = h.openSpaceChild("_"+strconv.Itoa(p.k)+"r", 2, child); err != nil {
 		return err
 	}
 	if _, err := prepare(p.reg); err != nil {
 		return err
 	}
+	if p.preload > 0 {
+		if have, err := h.inWindowHashes(h.stop, p.reg, scaleQueue); err == nil {
+			h.scale.preloaded[p.name] = have
+		}
+	}
 	p.reg.closeStore()
 	if c.scaleCeiling {
-		if p.ceil, err = h.openSpace("_"+strconv.Itoa(p.k)+"c", 2); err != nil {
+		if p.ceil, err = h.openSpaceChild("_"+strconv.Itoa(p.k)+"c", 2, child); err != nil {
 			return err
 		}
 		if p.ceilRefs, err = prepare(p.ceil); err != nil {
@@ -246,6 +299,15 @@ func (h *harness) prepareScalePoint(p *scalePt) error {
 	}
 	h.scale.preloadTime[p.name] = time.Since(t)
 	return nil
+}
+
+// refIDs returns the partition ids of refs.
+func refIDs(refs []reginatype.PartitionRef) [][16]byte {
+	ids := make([][16]byte, len(refs))
+	for i, r := range refs {
+		ids[i] = r.ID
+	}
+	return ids
 }
 
 // scalePartitions is ensurePartitions for large counts: partition p0
@@ -296,8 +358,8 @@ func (h *harness) queuePartitions(ctx context.Context, sp *pgSpace, queue string
 	return pgx.CollectRows(rows, pgx.RowTo[[16]byte])
 }
 
-// inWindowHashes counts the hashes of queue's partitions younger than the
-// 1 h window.
+// inWindowHashes counts the hashes of queue's partitions inside the queue's
+// dedup window (younger than dedup_window_seconds).
 func (h *harness) inWindowHashes(ctx context.Context, sp *pgSpace, queue string) (int64, error) {
 	ids, err := h.queuePartitions(ctx, sp, queue)
 	if err != nil {
@@ -305,10 +367,15 @@ func (h *harness) inWindowHashes(ctx context.Context, sp *pgSpace, queue string)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
+	s := quoteIdent(sp.schema)
 	var n int64
-	err = h.admin.QueryRow(ctx, "SELECT coalesce(sum(cardinality(hashes)), 0) FROM "+quoteIdent(sp.schema)+
-		".log_txns WHERE partition_id = ANY($1) AND created_at > now() - interval '1 hour'", ids).Scan(&n)
-	return n, err
+	err = h.admin.QueryRow(ctx, "SELECT coalesce(sum(cardinality(hashes)), 0) FROM "+s+".log_txns "+
+		"WHERE partition_id = ANY($1) AND created_at > now() - make_interval(secs => (SELECT dedup_window_seconds FROM "+s+
+		".queues WHERE name = $2))", ids, queue).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the in-window hashes of %s in %s: %w", queue, sp.schema, err)
+	}
+	return n, nil
 }
 
 // ---------------------------------------------------------------- scale report
@@ -375,8 +442,8 @@ func (h *harness) writeScale() (string, error) {
 	if len(c.scalePop) > 0 {
 		pops = joinInts(slices.Sorted(slices.Values(c.scalePop)))
 	}
-	fmt.Fprintf(&b, "- Sizes: partitions %s; in-window hashes %s; pop partitions %s; %d round(s) per point; Regina with the default configuration (cache on); ceiling = `queen.push_segment` through pgx on a queue of its own\n",
-		joinInts(parts), joinInts(hashes), pops, c.scaleRounds)
+	fmt.Fprintf(&b, "- Sizes: partitions %s (default 1 h window); in-window hashes %s (a %s window); pop partitions %s; %d round(s) per point; Regina with the default configuration (cache on); ceiling = `queen.push_segment` through pgx on a queue of its own\n",
+		joinInts(parts), joinInts(hashes), fmtWindow(c.scaleWindow), pops, c.scaleRounds)
 
 	row := func(r scaleRow, extra string) string {
 		ratio, ceilRate, ceilP99 := "-", "-", "-"
@@ -406,9 +473,20 @@ func (h *harness) writeScale() (string, error) {
 	}
 
 	b.WriteString("\n### As the in-window hash count grows\n\n")
-	b.WriteString("Hashes were preloaded with SQL (`generate_series` into `log_txns`/`segments`, `next_offset` advanced, GIN\n" +
-		"index rebuilt, VACUUM ANALYZE) into the pushed partitions, then pushed to. In parentheses: what the Regina schema\n" +
-		"held in its 1 h window when its phases started (median over rounds); every phase adds its own pushes.\n\n")
+	w := c.scaleWindow
+	fmt.Fprintf(&b, "Hashes were preloaded with SQL (`generate_series` into `log_txns`/`segments`, `next_offset` advanced, GIN\n"+
+		"index rebuilt, VACUUM ANALYZE) into the pushed partitions of a queue configured with a %s dedup window\n"+
+		"(`-scale-window`), then pushed to. The preload models a window in steady state: its hashes are spread evenly in\n"+
+		"time over the %s before the point's preparation started (the window less a reserve of %s, a twelfth, for the\n"+
+		"run itself: the oldest preloaded hash leaves the window that long after), offsets growing with the times, in\n"+
+		"`log_txns` children of %s (`sqlstore.SidecarChildSecondsFor` of the window: the width the broker uses), so the\n"+
+		"child the pushes write holds only the newest slice. In parentheses: what the Regina schema held in its window\n"+
+		"when its phases started (median over rounds); every phase adds its own pushes.\n\n",
+		fmtWindow(w), fmtWindow(w-preloadReserve(w)), fmtWindow(preloadReserve(w)), fmtWindow(time.Duration(hashChildSeconds(w))*time.Second))
+	if len(h.scale.expired) > 0 {
+		fmt.Fprintf(&b, "**Preloaded hashes had left the window** when these phases started (the run outlasted the reserve): %s.\n\n",
+			strings.Join(h.scale.expired, "; "))
+	}
 	b.WriteString("![throughput and p99 by in-window hashes](scale-hashes.png)\n\n")
 	fmt.Fprintf(&b, head, "target hashes (at start)")
 	for _, r := range hRows {
@@ -518,6 +596,19 @@ func (h *harness) writeScale() (string, error) {
 		return "", err
 	}
 	return summary.String(), nil
+}
+
+// fmtWindow writes a window as people say it: 24 h, 90 min, 45 s.
+func fmtWindow(d time.Duration) string {
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return strconv.Itoa(int(d/time.Hour)) + " h"
+	case d >= time.Minute && d%time.Minute == 0:
+		return strconv.Itoa(int(d/time.Minute)) + " min"
+	case d%time.Second == 0:
+		return strconv.Itoa(int(d/time.Second)) + " s"
+	}
+	return d.String()
 }
 
 func joinInts(v []int) string {

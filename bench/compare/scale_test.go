@@ -40,13 +40,16 @@ func dbHarness(t *testing.T) *harness {
 func TestPreloadWritesWhatAPushWould(t *testing.T) {
 	ctx := context.Background()
 	h := dbHarness(t)
-	sp, err := h.openSpace("_gen", 2)
+	const window = time.Hour
+	sp, err := h.openSpaceChild("_gen", 2, hashChildSeconds(window))
+	require.NoError(t, err)
+	_, err = sp.store.Configure(ctx, scaleQueue, "", "", hashOptions(window))
 	require.NoError(t, err)
 	const parts, need = 1200, 24000
 	refs, err := h.scalePartitions(ctx, sp, scaleQueue, parts)
 	require.NoError(t, err)
 	require.Len(t, refs, parts)
-	require.NoError(t, h.preload(ctx, sp, scaleQueue, need))
+	require.NoError(t, h.preload(ctx, sp, refIDs(refs), need, preloadSpanFor(time.Now(), window), hashChildSeconds(window)))
 
 	have, err := h.inWindowHashes(ctx, sp, scaleQueue)
 	require.NoError(t, err)
@@ -55,10 +58,14 @@ func TestPreloadWritesWhatAPushWould(t *testing.T) {
 	s := quoteIdent(sp.schema)
 	var bad int
 	require.NoError(t, h.admin.QueryRow(ctx, `SELECT count(*) FROM `+s+`.partitions p
-		WHERE p.next_offset <> (SELECT coalesce(sum(frame_count), 0) FROM `+s+`.segments g WHERE g.partition_id = p.id)
+		WHERE p.name <> $1 AND (p.next_offset <> (SELECT coalesce(sum(frame_count), 0) FROM `+s+`.segments g WHERE g.partition_id = p.id)
 		   OR p.next_offset <> (SELECT coalesce(max(first_offset + frame_count), 0) FROM `+s+`.segments g WHERE g.partition_id = p.id)
-		   OR p.push_xid IS NULL OR p.last_push_at IS NULL`).Scan(&bad))
+		   OR p.push_xid IS NULL OR p.last_push_at IS NULL
+		   OR p.last_push_at <> (SELECT max(created_at) FROM `+s+`.segments g WHERE g.partition_id = p.id))`, reginatype.DefaultPartition).Scan(&bad))
 	require.Zero(t, bad, "partitions whose next_offset, push_xid or last_push_at do not match their segments")
+	require.NoError(t, h.admin.QueryRow(ctx, `SELECT count(*) FROM `+s+`.segments g JOIN `+s+`.partitions p ON p.id = g.partition_id
+		WHERE p.name = $1`, reginatype.DefaultPartition).Scan(&bad))
+	require.Zero(t, bad, "the preload wrote into the queue's Default partition, which no push of the point uses")
 	require.NoError(t, h.admin.QueryRow(ctx, `SELECT count(*) FROM `+s+`.segments g FULL JOIN `+s+`.log_txns l USING (partition_id, first_offset)
 		WHERE g.partition_id IS NULL OR l.partition_id IS NULL OR g.created_at <> l.created_at
 		   OR cardinality(l.hashes) <> g.frame_count`).Scan(&bad))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -9,48 +10,89 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// preloadSpan is how far back the first generated row of a partition goes
-// (when the partition has no row yet): well inside the 1 h window, with
-// room for a long preparation and the phases after it.
-const preloadSpan = 20 * time.Minute
+// minScaleWindow is the shortest -scale-window: the preload needs some
+// window to spread over, and sidecar_ensure a child of at least a minute.
+const minScaleWindow = 2 * time.Minute
 
-// preload adds about need hashes to queue's partitions, evenly, straight
-// into log_txns and segments, rows as the push transaction would have
-// written them: per row h.cfg.items messages at consecutive offsets, a
-// log_txns row of 16-byte hashes (md5 of a run-unique string: random, so a
-// push never hits one by chance), a segment of UUIDv7 message ids followed
-// by encoded frame bodies (transaction id "pre-<offset>", payload {}), and
-// the partition's next_offset, push_xid and last_push_at advanced as a push
-// advances them. created_at rises from the partition's newest row (or
-// preloadSpan ago) to now, so offsets and times grow together as in a real
-// log and everything stays inside the 1 h window.
+// preloadReserve is the newest part of a hash point's window that its
+// preload leaves empty, for the run itself: a twelfth of the window (2 h of
+// the default day, 5 min of an hour). The oldest preloaded row leaves the
+// window reserve after the point's preparation started, so the reserve must
+// outlast everything from there to the point's last phase. In a default make
+// compare/scale run the longest such stretch is the 100M point's: its own
+// preparation (both schemas), then every point's phases, the drain and the
+// restart phase on it; the 100k point waits through the 10M and 100M
+// preparations and the phases before its own. Both fit in 2 h on this
+// machine with room to spare. A phase started after preloaded rows had left
+// the window is named in RESULTS.md (scaleState.expired).
+func preloadReserve(window time.Duration) time.Duration { return window / 12 }
+
+// timeSpan is (from, until]: the times a preload gives its rows.
+type timeSpan struct{ from, until time.Time }
+
+// preloadSpanFor is the span of a hash point's preload: the window, less
+// the reserve, up to start (when the point's preparation started). Both of
+// the point's schemas get the same span.
+func preloadSpanFor(start time.Time, window time.Duration) timeSpan {
+	return timeSpan{from: start.Add(-(window - preloadReserve(window))), until: start}
+}
+
+// preloadChunkRows is how many rows (over all partitions) one preload
+// transaction writes.
+const preloadChunkRows = 100000
+
+// preload adds about need hashes to the partitions ids (all of one queue),
+// evenly, straight into log_txns and segments, rows as the push transaction
+// would have written them: per row h.cfg.items messages at consecutive
+// offsets, a log_txns row of 16-byte hashes (md5 of a run-unique string:
+// random, so a push never hits one by chance), a segment of UUIDv7 message
+// ids followed by encoded frame bodies (transaction id "pre-<offset>",
+// payload {}), and the partition's next_offset, push_xid and last_push_at
+// advanced as a push advances them.
+//
+// The rows of a partition are spread evenly in time over span (a producer
+// at a constant rate: row j of n at from + (until-from)*(j+1)/n), and
+// offsets grow with the times, as in a real log. A transaction writes the
+// next rows of every partition, so chunk i of n holds the i-th slice of the
+// span. The partitions must hold no row newer than span.from.
 //
 // It works on both layouts of log_txns: a plain table, or one
-// range-partitioned by created_at, whose children for the generated times
-// are created first (ensureLogChildren). With -preload-drop-index the GIN
-// index is dropped for the load and rebuilt from its own definition.
-func (h *harness) preload(ctx context.Context, sp *pgSpace, queue string, need int) error {
+// range-partitioned by created_at, whose children for span are created
+// first (ensureLogChildren, childSeconds wide). With -preload-drop-index the
+// GIN index is dropped for the load and rebuilt from its own definition.
+func (h *harness) preload(ctx context.Context, sp *pgSpace, ids [][16]byte, need int, span timeSpan, childSeconds int) error {
 	s := quoteIdent(sp.schema)
 	items := h.cfg.items
-	ids, err := h.queuePartitions(ctx, sp, queue)
-	if err != nil {
-		return err
-	}
 	if len(ids) == 0 {
-		return fmt.Errorf("queue %s has no partitions", queue)
+		return errors.New("preload: no partitions")
+	}
+	if !span.from.Before(span.until) {
+		return fmt.Errorf("preload: empty span %s..%s", span.from.Format(time.RFC3339), span.until.Format(time.RFC3339))
 	}
 	conn, err := h.admin.Acquire(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("preload: %w", err)
 	}
 	defer conn.Release()
-	var qid [16]byte
-	if err := conn.QueryRow(ctx, "SELECT id FROM "+s+".queues WHERE name = $1", queue).Scan(&qid); err != nil {
-		return fmt.Errorf("preload %s: %w", queue, err)
+	var newest *time.Time
+	if err := conn.QueryRow(ctx, `SELECT max(l.created_at) FROM `+s+`.partitions p
+		CROSS JOIN LATERAL (SELECT created_at FROM `+s+`.log_txns l WHERE l.partition_id = p.id
+		                     ORDER BY l.first_offset DESC LIMIT 1) l
+		WHERE p.id = ANY($1)`, ids).Scan(&newest); err != nil {
+		return fmt.Errorf("preload: newest row: %w", err)
+	}
+	if newest != nil && newest.After(span.from) {
+		return fmt.Errorf("preload: the partitions hold a row of %s, after the span's start %s: offsets and times would not grow together",
+			newest.Format(time.RFC3339), span.from.Format(time.RFC3339))
 	}
 	partitioned, err := logTxnsPartitioned(ctx, conn.Conn(), sp.schema)
 	if err != nil {
 		return err
+	}
+	if partitioned {
+		if err := h.ensureLogChildren(ctx, conn.Conn(), sp.schema, span.from, span.until.Add(time.Second), childSeconds); err != nil {
+			return err
+		}
 	}
 	perPart := (need + len(ids)*items - 1) / (len(ids) * items)
 	var indexDefs []string
@@ -61,52 +103,48 @@ func (h *harness) preload(ctx context.Context, sp *pgSpace, queue string, need i
 	}
 	// On an error the indexes are not rebuilt: the run stops and the
 	// point's schema is dropped.
-	chunk := max(1, 100000/len(ids)) // rows per partition per transaction
-	tag := sp.schema + "." + queue + "."
+	chunk := max(1, preloadChunkRows/len(ids)) // rows per partition per transaction
+	tag := sp.schema + "."
 	start := time.Now()
 	for done := 0; done < perPart; done += chunk {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if partitioned {
-			if err := h.ensureLogChildren(ctx, conn.Conn(), sp.schema, start.Add(-preloadSpan-time.Minute), time.Now().Add(10*time.Minute)); err != nil {
-				return err
-			}
-		}
-		if err := preloadChunk(ctx, conn.Conn(), s, qid, items, min(chunk, perPart-done), tag); err != nil {
-			return fmt.Errorf("preload %s: %w", queue, err)
+		if err := preloadChunk(ctx, conn.Conn(), s, ids, items, done, min(chunk, perPart-done), perPart, span, tag); err != nil {
+			return fmt.Errorf("preload rows %d.. of %d per partition: %w", done, perPart, err)
 		}
 	}
 	layout := "plain"
 	if partitioned {
 		layout = "range-partitioned"
 	}
-	h.logf("  inserted %s hashes in %s (%s log_txns)", shortCount(perPart*len(ids)*items), time.Since(start).Round(time.Millisecond), layout)
+	h.logf("  inserted %s hashes in %s (%s log_txns, %s to %s)", shortCount(perPart*len(ids)*items), time.Since(start).Round(time.Millisecond),
+		layout, span.from.Format(time.DateTime), span.until.Format(time.TimeOnly))
 	// Rebuild the index, then let the planner and the visibility map see
 	// the new rows.
 	return h.vacuumAfter(ctx, sp, conn.Conn(), &indexDefs)
 }
 
-// preloadChunk writes k rows per partition of queue qid in one transaction.
-func preloadChunk(ctx context.Context, conn *pgx.Conn, s string, qid [16]byte, items, k int, tag string) error {
+// preloadChunk writes rows done..done+k-1 (of perPart) of every partition
+// ids in one transaction, row j at span.from + (span length)*(j+1)/perPart.
+func preloadChunk(ctx context.Context, conn *pgx.Conn, s string, ids [][16]byte, items, done, k, perPart int, span timeSpan, tag string) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // after Commit: a no-op
+	spanSecs := span.until.Sub(span.from).Seconds()
+	last := span.from.Add(time.Duration(float64(span.until.Sub(span.from)) * float64(done+k) / float64(perPart)))
 	stmts := []struct {
 		sql  string
 		args []any
 	}{
 		{`CREATE TEMP TABLE preload ON COMMIT DROP AS
 		 SELECT p.id AS pid, p.next_offset + g::bigint * $2::int AS off,
-		        t.t0 + (now() - t.t0) * ((g + 1)::float8 / $3::int) AS at
+		        $4::timestamptz + make_interval(secs => $5::float8 * ($6::bigint + g + 1) / $7::bigint) AS at
 		   FROM ` + s + `.partitions p
-		  CROSS JOIN LATERAL (SELECT coalesce((SELECT l.created_at FROM ` + s + `.log_txns l
-		                                        WHERE l.partition_id = p.id ORDER BY l.first_offset DESC LIMIT 1),
-		                                      now() - $4::interval) AS t0) t
 		  CROSS JOIN generate_series(0, $3::int - 1) g
-		  WHERE p.queue_id = $1`, []any{qid, items, k, fmt.Sprintf("%d seconds", int(preloadSpan.Seconds()))}},
+		  WHERE p.id = ANY($1)`, []any{ids, items, k, span.from, spanSecs, done, perPart}},
 		{`INSERT INTO ` + s + `.log_txns (partition_id, first_offset, created_at, hashes)
 		 SELECT pid, off, at, ARRAY(SELECT decode(md5($2::text || pid::text || '.' || off::text || '.' || j::text), 'hex')
 		                              FROM generate_series(1, $1::int) j)
@@ -127,8 +165,8 @@ func preloadChunk(ctx context.Context, conn *pgx.Conn, s string, qid [16]byte, i
 		        LATERAL (SELECT (extract(epoch FROM at) * 1000)::bigint AS ms,
 		                        (extract(epoch FROM at) * 1000000)::bigint AS us) t`, []any{items}},
 		{`UPDATE ` + s + `.partitions SET next_offset = next_offset + $2::bigint * $3::int,
-		        push_xid = pg_current_xact_id(), last_push_at = now()
-		  WHERE queue_id = $1`, []any{qid, k, items}},
+		        push_xid = pg_current_xact_id(), last_push_at = $4
+		  WHERE id = ANY($1)`, []any{ids, k, items, last}},
 	}
 	for _, st := range stmts {
 		if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
@@ -152,11 +190,12 @@ func logTxnsPartitioned(ctx context.Context, conn *pgx.Conn, schema string) (boo
 
 // ensureLogChildren makes sure a range-partitioned log_txns has children
 // covering [from, to), through the store's own code: its SQL function
-// sidecar_ensure (one-hour children, the store's default width; it keeps
+// sidecar_ensure, with children childSeconds wide (the width the broker
+// uses for the schema's depth, sqlstore.SidecarChildSecondsFor; it keeps
 // existing children and fills only the gaps). Without that function the
 // children the store made at its start are all there is, and a row outside
 // them fails the preload with PostgreSQL's "no partition of relation" error.
-func (h *harness) ensureLogChildren(ctx context.Context, conn *pgx.Conn, schema string, from, to time.Time) error {
+func (h *harness) ensureLogChildren(ctx context.Context, conn *pgx.Conn, schema string, from, to time.Time, childSeconds int) error {
 	var have bool
 	if err := conn.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL",
 		quoteIdent(schema)+".sidecar_ensure(timestamptz, timestamptz, interval)").Scan(&have); err != nil {
@@ -166,12 +205,11 @@ func (h *harness) ensureLogChildren(ctx context.Context, conn *pgx.Conn, schema 
 		return nil
 	}
 	var n int
-	if err := conn.QueryRow(ctx, "SELECT "+quoteIdent(schema)+".sidecar_ensure($1, $2, interval '1 hour')", from, to).Scan(&n); err != nil {
-		return fmt.Errorf("create log_txns children for %s..%s: %w", from.Format(time.TimeOnly), to.Format(time.TimeOnly), err)
+	if err := conn.QueryRow(ctx, "SELECT "+quoteIdent(schema)+".sidecar_ensure($1, $2, make_interval(secs => $3))", from, to, childSeconds).Scan(&n); err != nil {
+		return fmt.Errorf("create log_txns children for %s..%s: %w", from.Format(time.DateTime), to.Format(time.DateTime), err)
 	}
-	if n > 0 {
-		h.logf("  created %d log_txns children", n)
-	}
+	h.logf("  created %d log_txns children of %s for %s..%s", n, time.Duration(childSeconds)*time.Second,
+		from.Format(time.DateTime), to.Format(time.TimeOnly))
 	return nil
 }
 

@@ -23,14 +23,15 @@ type restartState struct {
 }
 
 // runRestart runs the restart phase on sp (queue scaleQueue, its partitions
-// already there). Neither broker is primed: the warmup is all either gets,
-// as after a real restart.
-func (h *harness) runRestart(sp *pgSpace, partitions int) error {
+// already there), the Regina schema of hash point point. Neither broker is
+// primed: the warmup is all either gets, as after a real restart.
+func (h *harness) runRestart(sp *pgSpace, partitions int, point string) error {
 	c := h.cfg
 	h.wl = newWorkload(partitions, c.items, c.payload, 42)
 	st := &restartState{}
 	if have, err := h.inWindowHashes(h.stop, sp, scaleQueue); err == nil {
 		st.hashes = have
+		h.scale.noteExpired(point, "the restart phase", have)
 	}
 	h.scale.restart = st
 	h.logf("restart phase on %s (%s in-window hashes)", sp.schema, shortCount(int(st.hashes)))
@@ -64,10 +65,10 @@ func (h *harness) writeRestart(b *strings.Builder) string {
 		b.WriteString("Not measured in this run.\n")
 		return ""
 	}
-	fmt.Fprintf(b, "On the Regina schema of the largest hash point (%s hashes in its 1 h window when the phase started): a\n"+
+	fmt.Fprintf(b, "On the Regina schema of the largest hash point (%s hashes in its %s window when the phase started): a\n"+
 		"fresh broker pushes the scale load (no priming, the warmup only), is stopped with SIGTERM, and a new broker on\n"+
 		"the same database pushes the same load. The restarted broker answered `/health` %s after it was started.\n\n",
-		shortCount(int(h.scale.restart.hashes)), h.scale.restart.startup.Round(time.Millisecond))
+		shortCount(int(h.scale.restart.hashes)), fmtWindow(h.cfg.scaleWindow), h.scale.restart.startup.Round(time.Millisecond))
 	b.WriteString("| broker | msgs/s | p50 ms | p99 ms | broker cores | PG ours cores | machine cores | broker RSS MiB | cache | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range []struct {
 		label, name string
