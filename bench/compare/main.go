@@ -61,6 +61,9 @@ type config struct {
 	scaleCeiling   bool
 	plotDir        string
 	preloadDropIdx bool
+	// preloadChunk is the rows (over all partitions) of one preload
+	// transaction (0 = preloadChunkRows; tests make it small).
+	preloadChunk int
 	// scaleWindow is the dedup window of the hash points' queue (the
 	// partition points keep the default hour).
 	scaleWindow time.Duration

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -159,4 +160,126 @@ func TestScaleFastMode(t *testing.T) {
 			require.Equal(t, "0", strings.TrimSpace(cols[6]), "a pop answered empty while work waited: %s", line)
 		}
 	}
+}
+
+// The preload models a window in steady state: on a queue with a 2 h window
+// it spreads each partition's rows evenly over the window less the reserve,
+// up to the start it is given, in offset order; every row is inside the
+// queue's window and in a child of the width the broker uses for that
+// window (5 min), each child holding its share. It writes in several
+// transactions (each its own slice of the span), so the children finished
+// early are indexed during the load, and every child ends with a valid GIN
+// index attached to the parent's. A second preload into the same
+// partitions is refused: its rows would be older than the first's.
+func TestPreloadSpreadsOverTheWindow(t *testing.T) {
+	ctx := context.Background()
+	h := dbHarness(t)
+	const (
+		window  = 2 * time.Hour
+		parts   = 4
+		perPart = 660 // a row every 10 s of the 110 min spread
+		need    = parts * 10 * perPart
+	)
+	h.cfg.preloadChunk = parts * 100 // 7 transactions
+	child := hashChildSeconds(window)
+	require.Equal(t, 300, child)
+	sp, err := h.openSpaceChild("_spread", 2, child)
+	require.NoError(t, err)
+	_, err = sp.store.Configure(ctx, scaleQueue, "", "", hashOptions(window))
+	require.NoError(t, err)
+	refs, err := h.scalePartitions(ctx, sp, scaleQueue, parts)
+	require.NoError(t, err)
+	for _, r := range refs {
+		require.Equal(t, int(window/time.Second), r.WindowSeconds, "the point's partitions do not carry the configured window")
+	}
+	start := time.Now().Truncate(time.Millisecond)
+	span := preloadSpanFor(start, window)
+	require.Equal(t, window-window/12, span.until.Sub(span.from))
+	require.NoError(t, h.preload(ctx, sp, refIDs(refs), need, span, child))
+
+	have, err := h.inWindowHashes(ctx, sp, scaleQueue)
+	require.NoError(t, err)
+	require.EqualValues(t, need, have)
+
+	s := quoteIdent(sp.schema)
+	step := span.until.Sub(span.from) / perPart
+	type spread struct {
+		rows               int
+		first, last        time.Time
+		minGap, maxGap     time.Duration
+		outOfOrder, expire int
+	}
+	rows, err := h.admin.Query(ctx, `SELECT count(*), min(created_at), max(created_at),
+		       min(gap), max(gap), count(*) FILTER (WHERE gap <= interval '0'),
+		       count(*) FILTER (WHERE created_at <= now() - make_interval(secs => $1))
+		  FROM (SELECT partition_id, created_at,
+		               created_at - lag(created_at) OVER (PARTITION BY partition_id ORDER BY first_offset) AS gap
+		          FROM `+s+`.log_txns) x
+		 GROUP BY partition_id`, int(window/time.Second))
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (spread, error) {
+		var x spread
+		return x, r.Scan(&x.rows, &x.first, &x.last, &x.minGap, &x.maxGap, &x.outOfOrder, &x.expire)
+	})
+	require.NoError(t, err)
+	require.Len(t, got, parts)
+	for _, x := range got {
+		require.Equal(t, perPart, x.rows)
+		require.Zero(t, x.outOfOrder, "a row with a higher offset is not newer")
+		require.Zero(t, x.expire, "a preloaded row is outside the queue's window")
+		require.WithinDuration(t, span.from.Add(step), x.first, time.Millisecond)
+		require.WithinDuration(t, span.until, x.last, time.Millisecond)
+		require.InDelta(t, float64(step), float64(x.minGap), float64(time.Millisecond))
+		require.InDelta(t, float64(step), float64(x.maxGap), float64(time.Millisecond))
+	}
+	// The oldest row leaves the window the reserve after the start.
+	require.WithinDuration(t, start.Add(preloadReserve(window)), got[0].first.Add(window), step+time.Millisecond)
+
+	// Every row in a child of 5 minutes that covers it; the children in
+	// between hold the same share (30 rows a partition).
+	rows, err = h.admin.Query(ctx, `SELECT c.child, c.hi - c.lo, count(l.*),
+		       count(*) FILTER (WHERE l.created_at < c.lo OR l.created_at >= c.hi)
+		  FROM `+s+`.log_txns l JOIN pg_class r ON r.oid = l.tableoid
+		  JOIN `+s+`.sidecar_children() c ON c.child = r.relname
+		 GROUP BY 1, 2 ORDER BY min(l.created_at)`)
+	require.NoError(t, err)
+	type held struct {
+		name   string
+		width  time.Duration
+		n, bad int
+	}
+	children, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (held, error) {
+		var x held
+		return x, r.Scan(&x.name, &x.width, &x.n, &x.bad)
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(children), 22)
+	require.LessOrEqual(t, len(children), 23)
+	total := 0
+	for i, c := range children {
+		total += c.n
+		require.Equal(t, 5*time.Minute, c.width, "child %s", c.name)
+		require.Zero(t, c.bad, "child %s holds rows outside its bounds", c.name)
+		if i > 0 && i < len(children)-1 {
+			require.Equal(t, parts*30, c.n, "child %s", c.name)
+		}
+	}
+	require.Equal(t, parts*perPart, total)
+
+	// Every child has a valid GIN index attached to the parent's.
+	var childrenAll, indexed int
+	var parentValid bool
+	require.NoError(t, h.admin.QueryRow(ctx, `SELECT count(*), count(ci.indexrelid),
+		       bool_and(coalesce(pi.indisvalid, false))
+		  FROM `+s+`.sidecar_children() c
+		  JOIN pg_class r ON r.relname = c.child AND r.relnamespace = $1::regnamespace
+		  LEFT JOIN (pg_index ci JOIN pg_class cc ON cc.oid = ci.indexrelid AND cc.relam = (SELECT oid FROM pg_am WHERE amname = 'gin')
+		             JOIN pg_inherits ih ON ih.inhrelid = ci.indexrelid
+		             JOIN pg_index pi ON pi.indexrelid = ih.inhparent) ON ci.indrelid = r.oid AND ci.indisvalid`,
+		sp.schema).Scan(&childrenAll, &indexed, &parentValid))
+	require.Equal(t, childrenAll, indexed, "children without a valid GIN index attached to the parent's")
+	require.True(t, parentValid, "the parent's GIN index is not valid")
+
+	err = h.preload(ctx, sp, refIDs(refs), need, span, child)
+	require.ErrorContains(t, err, "offsets and times would not grow together")
 }

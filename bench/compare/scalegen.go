@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -103,15 +105,28 @@ func (h *harness) preload(ctx context.Context, sp *pgSpace, ids [][16]byte, need
 	}
 	// On an error the indexes are not rebuilt: the run stops and the
 	// point's schema is dropped.
-	chunk := max(1, preloadChunkRows/len(ids)) // rows per partition per transaction
+	var ix *childIndexer
+	if partitioned && len(indexDefs) > 0 {
+		if ix, err = h.startChildIndexer(ctx, conn.Conn(), sp.schema, indexDefs); err != nil {
+			return err
+		}
+		defer ix.stop()
+	}
+	chunk := max(1, h.chunkRows()/len(ids)) // rows per partition per transaction
 	tag := sp.schema + "."
 	start := time.Now()
 	for done := 0; done < perPart; done += chunk {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := preloadChunk(ctx, conn.Conn(), s, ids, items, done, min(chunk, perPart-done), perPart, span, tag); err != nil {
+		k := min(chunk, perPart-done)
+		if err := preloadChunk(ctx, conn.Conn(), s, ids, items, done, k, perPart, span, tag); err != nil {
 			return fmt.Errorf("preload rows %d.. of %d per partition: %w", done, perPart, err)
+		}
+		if ix != nil {
+			if err := ix.handOff(span.at(done+k, perPart)); err != nil {
+				return err
+			}
 		}
 	}
 	layout := "plain"
@@ -120,9 +135,34 @@ func (h *harness) preload(ctx context.Context, sp *pgSpace, ids [][16]byte, need
 	}
 	h.logf("  inserted %s hashes in %s (%s log_txns, %s to %s)", shortCount(perPart*len(ids)*items), time.Since(start).Round(time.Millisecond),
 		layout, span.from.Format(time.DateTime), span.until.Format(time.TimeOnly))
-	// Rebuild the index, then let the planner and the visibility map see
-	// the new rows.
-	return h.vacuumAfter(ctx, sp, conn.Conn(), &indexDefs)
+	if ix != nil {
+		t := time.Now()
+		if err := ix.finish(); err != nil {
+			return err
+		}
+		h.logf("  %d children vacuumed and GIN-indexed during the load (%s building; %s waited for after it)",
+			ix.built, ix.took.Round(time.Millisecond), time.Since(t).Round(time.Millisecond))
+		if err := ix.vacuumRest(ctx, conn.Conn()); err != nil {
+			return err
+		}
+	}
+	// Rebuild the index (attaching the children's that exist), then let the
+	// planner and the visibility map see the new rows.
+	return h.vacuumAfter(ctx, sp, conn.Conn(), &indexDefs, ix != nil)
+}
+
+// chunkRows is how many rows (over all partitions) one preload transaction
+// writes.
+func (h *harness) chunkRows() int {
+	if h.cfg.preloadChunk > 0 {
+		return h.cfg.preloadChunk
+	}
+	return preloadChunkRows
+}
+
+// at is the time of row j (1-based) of n spread over the span.
+func (sp timeSpan) at(j, n int) time.Time {
+	return sp.from.Add(time.Duration(float64(sp.until.Sub(sp.from)) * float64(j) / float64(n)))
 }
 
 // preloadChunk writes rows done..done+k-1 (of perPart) of every partition
@@ -134,7 +174,7 @@ func preloadChunk(ctx context.Context, conn *pgx.Conn, s string, ids [][16]byte,
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // after Commit: a no-op
 	spanSecs := span.until.Sub(span.from).Seconds()
-	last := span.from.Add(time.Duration(float64(span.until.Sub(span.from)) * float64(done+k) / float64(perPart)))
+	last := span.at(done+k, perPart)
 	stmts := []struct {
 		sql  string
 		args []any
@@ -240,13 +280,23 @@ func dropGINIndexes(ctx context.Context, conn *pgx.Conn, schema string) ([]strin
 	return defs, nil
 }
 
+// preloadIndexMem is maintenance_work_mem for the GIN builds after a
+// preload. More is slower: building one child of 4.5M random hashes (a
+// 100M-hash day in hourly children) took 19-31 s with 16-64 MB, 26-27 s
+// with 128-256 MB and 38 s with 1 GB (the accumulator is a red-black tree
+// of random keys: a larger one misses the CPU caches on more of its
+// comparisons).
+const preloadIndexMem = "64MB"
+
 // vacuumAfter rebuilds dropped indexes and runs VACUUM ANALYZE on the tables
-// the preload wrote.
-func (h *harness) vacuumAfter(ctx context.Context, sp *pgSpace, conn *pgx.Conn, indexDefs *[]string) error {
+// the preload wrote. logVacuumed: every child of log_txns was vacuumed
+// already (childIndexer), so it is only analyzed (a VACUUM would read every
+// GIN index whole for its statistics).
+func (h *harness) vacuumAfter(ctx context.Context, sp *pgSpace, conn *pgx.Conn, indexDefs *[]string, logVacuumed bool) error {
 	s := quoteIdent(sp.schema)
 	if len(*indexDefs) > 0 {
-		if _, err := conn.Exec(ctx, "SET maintenance_work_mem = '256MB'"); err != nil {
-			return err
+		if _, err := conn.Exec(ctx, "SET maintenance_work_mem = '"+preloadIndexMem+"'"); err != nil {
+			return fmt.Errorf("set maintenance_work_mem: %w", err)
 		}
 		for _, def := range *indexDefs {
 			t := time.Now()
@@ -257,15 +307,166 @@ func (h *harness) vacuumAfter(ctx context.Context, sp *pgSpace, conn *pgx.Conn, 
 		}
 		*indexDefs = nil
 		if _, err := conn.Exec(ctx, "RESET maintenance_work_mem"); err != nil {
-			return err
+			return fmt.Errorf("reset maintenance_work_mem: %w", err)
 		}
 	}
 	t := time.Now()
-	for _, tbl := range []string{"log_txns", "segments", "partitions"} {
-		if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) "+s+"."+tbl); err != nil {
-			return err
+	stmts := []string{"VACUUM (ANALYZE) " + s + ".log_txns", "VACUUM (ANALYZE) " + s + ".segments", "VACUUM (ANALYZE) " + s + ".partitions"}
+	if logVacuumed {
+		stmts[0] = "ANALYZE " + s + ".log_txns"
+	}
+	for _, st := range stmts {
+		if _, err := conn.Exec(ctx, st); err != nil {
+			return fmt.Errorf("%s: %w", st, err)
 		}
 	}
 	h.logf("  vacuum analyze in %s", time.Since(t).Round(time.Millisecond))
+	return nil
+}
+
+// logChild is a child of a range-partitioned log_txns and its bounds.
+type logChild struct {
+	name   string
+	lo, hi time.Time
+}
+
+// childIndexer vacuums and GIN-indexes the children of log_txns a preload
+// has finished (every row it writes later is newer than their upper bound)
+// on a connection of its own, while the preload writes the next ones: the
+// index builds of a large preload take as long as its inserts, and the two
+// overlap. It builds the children's indexes with the dropped parent
+// index's own definition; re-creating the parent index afterwards
+// (vacuumAfter) attaches them and builds only the rest.
+type childIndexer struct {
+	h        *harness
+	schema   string
+	using    []string   // " USING ..." of each dropped parent GIN index
+	children []logChild // every child, by lower bound
+	next     int        // children[:next] were handed to the worker
+	todo     chan logChild
+	done     chan struct{}
+	close    sync.Once
+	cancel   context.CancelFunc
+	failed   atomic.Bool
+	// Written by the worker, read after done is closed.
+	err   error
+	built int
+	took  time.Duration
+}
+
+// startChildIndexer lists schema.log_txns's children (sidecar_children)
+// and starts the worker on a connection of the admin pool. indexDefs are
+// the parent GIN definitions dropGINIndexes returned.
+func (h *harness) startChildIndexer(ctx context.Context, conn *pgx.Conn, schema string, indexDefs []string) (*childIndexer, error) {
+	ix := &childIndexer{h: h, schema: schema}
+	for _, def := range indexDefs {
+		i := strings.Index(def, " USING ")
+		if i < 0 {
+			return nil, fmt.Errorf("index definition without USING: %s", def)
+		}
+		ix.using = append(ix.using, def[i:])
+	}
+	rows, err := conn.Query(ctx, "SELECT child, lo, hi FROM "+quoteIdent(schema)+".sidecar_children() ORDER BY lo")
+	if err != nil {
+		return nil, fmt.Errorf("list the children of log_txns: %w", err)
+	}
+	ix.children, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (logChild, error) {
+		var c logChild
+		return c, r.Scan(&c.name, &c.lo, &c.hi)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the children of log_txns: %w", err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	wconn, err := h.admin.Acquire(wctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("connection for the child indexes: %w", err)
+	}
+	if _, err := wconn.Exec(wctx, "SET maintenance_work_mem = '"+preloadIndexMem+"'"); err != nil {
+		wconn.Release()
+		cancel()
+		return nil, fmt.Errorf("set maintenance_work_mem: %w", err)
+	}
+	ix.cancel = cancel
+	ix.todo = make(chan logChild, len(ix.children))
+	ix.done = make(chan struct{})
+	go func() {
+		defer close(ix.done)
+		defer func() {
+			if ix.err != nil {
+				// Possibly mid-statement: do not give the session back.
+				_ = wconn.Conn().Close(context.Background())
+			}
+			wconn.Release()
+		}()
+		for c := range ix.todo {
+			if ix.err != nil {
+				continue
+			}
+			t := time.Now()
+			if err := ix.index(wctx, wconn.Conn(), c); err != nil {
+				ix.err = err
+				ix.failed.Store(true)
+				continue
+			}
+			ix.built++
+			ix.took += time.Since(t)
+		}
+	}()
+	return ix, nil
+}
+
+// index vacuums child c (before its index exists, so the VACUUM does not
+// read the GIN index) and builds its GIN indexes.
+func (ix *childIndexer) index(ctx context.Context, conn *pgx.Conn, c logChild) error {
+	child := quoteIdent(ix.schema) + "." + quoteIdent(c.name)
+	if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) "+child); err != nil {
+		return fmt.Errorf("vacuum %s: %w", c.name, err)
+	}
+	for _, u := range ix.using {
+		if _, err := conn.Exec(ctx, "CREATE INDEX ON "+child+u); err != nil {
+			return fmt.Errorf("index %s: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+// handOff gives the worker every child that ends at or before last (the
+// newest row written so far), and reports a failure of the worker.
+func (ix *childIndexer) handOff(last time.Time) error {
+	if ix.failed.Load() {
+		return ix.err // written before failed was set, never again
+	}
+	for ix.next < len(ix.children) && !ix.children[ix.next].hi.After(last) {
+		ix.todo <- ix.children[ix.next]
+		ix.next++
+	}
+	return nil
+}
+
+// finish waits for the worker to index what it was given.
+func (ix *childIndexer) finish() error {
+	ix.close.Do(func() { close(ix.todo) })
+	<-ix.done
+	return ix.err
+}
+
+// stop ends the worker (cancelling what it runs) and waits for it.
+func (ix *childIndexer) stop() {
+	ix.cancel()
+	ix.close.Do(func() { close(ix.todo) })
+	<-ix.done
+}
+
+// vacuumRest vacuums the children that were not handed to the worker (the
+// newest ones, and those ahead of the clock), before the parent's index
+// definition builds their indexes.
+func (ix *childIndexer) vacuumRest(ctx context.Context, conn *pgx.Conn) error {
+	for _, c := range ix.children[ix.next:] {
+		if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) "+quoteIdent(ix.schema)+"."+quoteIdent(c.name)); err != nil {
+			return fmt.Errorf("vacuum %s: %w", c.name, err)
+		}
+	}
 	return nil
 }
