@@ -232,6 +232,15 @@ func TestPreloadSpreadsOverTheWindow(t *testing.T) {
 		require.InDelta(t, float64(step), float64(x.minGap), float64(time.Millisecond))
 		require.InDelta(t, float64(step), float64(x.maxGap), float64(time.Millisecond))
 	}
+	// In each child's heap the rows follow each other in time, the
+	// partitions' rows of one time side by side, as concurrent pushes
+	// would have written them.
+	var backwards int
+	require.NoError(t, h.admin.QueryRow(ctx, `SELECT count(*) FROM (SELECT created_at,
+		       lag(created_at) OVER (PARTITION BY tableoid ORDER BY ctid) AS prev FROM `+s+`.log_txns) x
+		 WHERE created_at < prev`).Scan(&backwards))
+	require.Zero(t, backwards, "heap rows out of time order")
+
 	// The oldest row leaves the window the reserve after the start.
 	require.WithinDuration(t, start.Add(preloadReserve(window)), got[0].first.Add(window), step+time.Millisecond)
 

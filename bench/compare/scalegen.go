@@ -167,6 +167,9 @@ func (sp timeSpan) at(j, n int) time.Time {
 
 // preloadChunk writes rows done..done+k-1 (of perPart) of every partition
 // ids in one transaction, row j at span.from + (span length)*(j+1)/perPart.
+// The rows go into the heap in time order, the partitions' rows of one time
+// next to each other, as concurrent pushes to them interleave (so loading
+// one partition's window reads about as many pages as after real pushes).
 func preloadChunk(ctx context.Context, conn *pgx.Conn, s string, ids [][16]byte, items, done, k, perPart int, span timeSpan, tag string) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -188,7 +191,7 @@ func preloadChunk(ctx context.Context, conn *pgx.Conn, s string, ids [][16]byte,
 		{`INSERT INTO ` + s + `.log_txns (partition_id, first_offset, created_at, hashes)
 		 SELECT pid, off, at, ARRAY(SELECT decode(md5($2::text || pid::text || '.' || off::text || '.' || j::text), 'hex')
 		                              FROM generate_series(1, $1::int) j)
-		   FROM preload`, []any{items, tag}},
+		   FROM preload ORDER BY at, pid`, []any{items, tag}},
 		// frames: frame_count UUIDv7 ids (48-bit ms time, version 7, 12
 		// bits of sequence, then gen_random_uuid's variant and random
 		// bits), then the bodies (partition.AppendBody: flags, created
@@ -203,7 +206,8 @@ func preloadChunk(ctx context.Context, conn *pgx.Conn, s string, ids [][16]byte,
 		              FROM generate_series(0, $1::int - 1) j, LATERAL (SELECT 'pre-' || (off + j)::text AS tx) x)
 		   FROM preload,
 		        LATERAL (SELECT (extract(epoch FROM at) * 1000)::bigint AS ms,
-		                        (extract(epoch FROM at) * 1000000)::bigint AS us) t`, []any{items}},
+		                        (extract(epoch FROM at) * 1000000)::bigint AS us) t
+		  ORDER BY at, pid`, []any{items}},
 		{`UPDATE ` + s + `.partitions SET next_offset = next_offset + $2::bigint * $3::int,
 		        push_xid = pg_current_xact_id(), last_push_at = $4
 		  WHERE id = ANY($1)`, []any{ids, k, items, last}},
@@ -321,6 +325,13 @@ func (h *harness) vacuumAfter(ctx context.Context, sp *pgSpace, conn *pgx.Conn, 
 		}
 	}
 	h.logf("  vacuum analyze in %s", time.Since(t).Round(time.Millisecond))
+	var logHeap, logIdx, segHeap, segIdx string
+	if err := conn.QueryRow(ctx, `SELECT pg_size_pretty(sum(pg_table_size(relid))), pg_size_pretty(sum(pg_indexes_size(relid))),
+		       pg_size_pretty(pg_table_size($2::regclass)), pg_size_pretty(pg_indexes_size($2::regclass))
+		  FROM pg_partition_tree($1::regclass)`, s+".log_txns", s+".segments").Scan(&logHeap, &logIdx, &segHeap, &segIdx); err != nil {
+		return fmt.Errorf("table sizes: %w", err)
+	}
+	h.logf("  on disk: log_txns %s + indexes %s, segments %s + indexes %s", logHeap, logIdx, segHeap, segIdx)
 	return nil
 }
 
