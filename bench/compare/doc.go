@@ -16,7 +16,8 @@
 //	make compare COMPARE_ARGS='-blocks AB -nats-conns 1'
 //	make compare QUEEN_URL=http://127.0.0.1:6640            # adds block E against your Queen server
 //	make compare QUEEN_URL=http://127.0.0.1:6640 QUEEN_DATABASE=queen COMPARE_ARGS='-blocks AE'
-//	make compare/scale              # partitions 1..100k, hashes 100k..100M, pop 100/100k, restart: hours (the 100M preload)
+//	make compare/scale              # partitions 1..100k, hashes 100k..100M in a 24 h window, pop 100/100k, restart: an hour or more (the 100M preload, both schemas, is the longest part)
+//	make compare/scale SCALE_WINDOW=1h SCALE_HASHES=100k,10M   # the hash points on a 1 h window
 //	make compare/scale SCALE_HASHES=100k,10M DURATION=10s   # the same up to 10M: under an hour
 //	make compare/scale DURATION=5s SCALE_PARTITIONS=1,16,1000 SCALE_HASHES=100k,1M SCALE_POP=100,10k
 //	make compare/scale SCALE_ONLY=drain  # only the 5k-partition drain: a few minutes
@@ -146,11 +147,27 @@
 // points, the hashes written by SQL (scalegen.go: INSERT ... SELECT into
 // log_txns and segments as the push would have written them: md5-derived
 // 16-byte hashes, UUIDv7 ids and encoded frames, next_offset, push_xid and
-// last_push_at advanced; created_at rising from 20 minutes ago to now, so
-// offsets and times grow together as in a real log and everything is inside
-// the 1 h window), with the GIN index dropped for the load and rebuilt from
-// its own definition, then VACUUM ANALYZE. A log_txns range-partitioned by
-// created_at gets its children for the generated times from the store first.
+// last_push_at advanced), with the GIN index dropped for the load, then
+// VACUUM ANALYZE. The hash points' queue is configured (the store's
+// Configure, as the configure endpoint does) with a dedup window of
+// -scale-window (SCALE_WINDOW, 24h); the partition points keep the default
+// hour. The preload models that window in steady state: a producer at a
+// constant rate leaves its hashes spread evenly over the whole window, and
+// the child pushes write holds only the newest slice. So each partition's
+// rows are spread evenly in time over the window less a reserve for the run
+// (a twelfth: 2 h of a day; the span ends when the point's preparation
+// started, both schemas of the point get the same times), offsets growing
+// with the times, each transaction writing its own slice of the span, rows
+// in the heap in time order; the oldest preloaded hash leaves the window the
+// reserve after the preparation started, which outlasts the rest of a
+// default run (RESULTS.md names any phase that started after preloaded
+// hashes had left). On a log_txns range-partitioned by created_at the
+// children for those times are made first with the store's
+// sidecar_ensure, sqlstore.SidecarChildSecondsFor(the queue's depth) wide
+// (the width the broker uses: 1 h for a day); each child the load has
+// finished is vacuumed and GIN-indexed on a second connection while the
+// next rows are written, and the parent's index, re-created from its own
+// definition, attaches those and builds the rest.
 // Then each round (-scale-rounds) runs the pop points, then every push point
 // in turn: a fresh broker (default configuration, cache on) on the point's
 // schema, one message pushed to every partition and answered, then a wait
