@@ -131,7 +131,7 @@ func TestScaleFastMode(t *testing.T) {
 	out := filepath.Join(dir, "RESULTS.md")
 	code := run([]string{"-scale", "-database-url", url, "-regina", filepath.Join(dir, "regina"),
 		"-duration", "1s", "-warmup", "200ms", "-connections", "4", "-partitions", "4",
-		"-scale-partitions", "1,200", "-scale-hashes", "1k,5k", "-scale-pop", "100,300", "-scale-pop-backlog", "300",
+		"-scale-partitions", "1,200", "-scale-hashes", "1k,5k", "-scale-pop", "100,300", "-scale-pop-backlog", "3000",
 		"-scale-drain", "200", "-scale-drain-per", "2", "-out", out, "-plot-dir", dir})
 	require.Zero(t, code)
 	b, err := os.ReadFile(out)
@@ -153,7 +153,9 @@ func TestScaleFastMode(t *testing.T) {
 		require.NoError(t, err)
 		require.Positive(t, st.Size())
 	}
-	// Every pop answered work: one consumer never saw an empty queue.
+	// Every pop answered work: one consumer never saw an empty queue. (The
+	// backlog outlasts the phase: 300 messages, drained in about 1.2 s by
+	// one consumer on a quiet machine, did not.)
 	for line := range strings.Lines(doc) {
 		if strings.HasPrefix(line, "| 100 | **") || strings.HasPrefix(line, "| 300 | **") {
 			cols := strings.Split(line, "|")
