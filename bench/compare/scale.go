@@ -442,8 +442,15 @@ func (h *harness) writeScale() (string, error) {
 	if len(c.scalePop) > 0 {
 		pops = joinInts(slices.Sorted(slices.Values(c.scalePop)))
 	}
-	fmt.Fprintf(&b, "- Sizes: partitions %s (default 1 h window); in-window hashes %s (a %s window); pop partitions %s; %d round(s) per point; Regina with the default configuration (cache on); ceiling = `queen.push_segment` through pgx on a queue of its own\n",
-		joinInts(parts), joinInts(hashes), fmtWindow(c.scaleWindow), pops, c.scaleRounds)
+	partSizes, hashSizes := "none", "none"
+	if len(parts) > 0 {
+		partSizes = joinInts(parts) + " (the default 1 h window)"
+	}
+	if len(hashes) > 0 {
+		hashSizes = joinInts(hashes) + " (a " + fmtWindow(c.scaleWindow) + " window)"
+	}
+	fmt.Fprintf(&b, "- Sizes: partitions %s; in-window hashes %s; pop partitions %s; %d round(s) per point; Regina with the default configuration (cache on); ceiling = `queen.push_segment` through pgx on a queue of its own\n",
+		partSizes, hashSizes, pops, c.scaleRounds)
 
 	row := func(r scaleRow, extra string) string {
 		ratio, ceilRate, ceilP99 := "-", "-", "-"
