@@ -44,6 +44,8 @@ type fakeStore struct {
 	ids     map[partition.UUID]map[partition.Hash]partition.UUID
 	next    map[partition.UUID]int64
 	batches []storedBatch
+	// loads holds the partitions of each StreamHydrations call.
+	loads [][]partition.UUID
 }
 
 // storedBatch is one Push call the store saw.
@@ -146,6 +148,9 @@ func (f *fakeStore) StreamHydrations(_ context.Context, ps []partition.UUID, hea
 	if f.before != nil {
 		f.before("load")
 	}
+	f.mu.Lock()
+	f.loads = append(f.loads, slices.Clone(ps))
+	f.mu.Unlock()
 	return heads(make([]reginatype.Hydration, len(ps)))
 }
 

@@ -65,6 +65,11 @@ type hydrator struct {
 	wg     sync.WaitGroup
 
 	started, finished, failed, aborted, truncated, busy, tooDeep atomic.Uint64
+	// gathering counts the slots waiting for their first batch to fill (a
+	// partition asked for meanwhile is queued for it, not given a slot).
+	gathering atomic.Int32
+	// gather is hydrateGather (tests set another).
+	gather time.Duration
 	// reserved is the memory the loads in flight may take (see
 	// cache.LoadBytes), counted against the budget with the cache's.
 	reserved atomic.Int64
@@ -171,6 +176,7 @@ func newHydrator(budget int64) *hydrator {
 	return &hydrator{
 		sem:    make(chan struct{}, defaultMaxHydrations),
 		budget: budget,
+		gather: hydrateGather,
 		ctx:    ctx,
 		cancel: cancel,
 	}
@@ -209,6 +215,11 @@ func (r *Registry) maybeHydrate(p partition.UUID) {
 	if h.skip(p) {
 		return
 	}
+	if h.gathering.Load() > 0 {
+		// A slot is gathering its first batch: this partition joins it.
+		h.enqueue(p)
+		return
+	}
 	select {
 	case h.sem <- struct{}{}:
 	default:
@@ -216,6 +227,7 @@ func (r *Registry) maybeHydrate(p partition.UUID) {
 		h.enqueue(p)
 		return
 	}
+	h.gathering.Add(1) // before the goroutine runs: the next partition joins
 	h.wg.Add(1)
 	go r.runHydrations(p)
 }
@@ -227,6 +239,17 @@ func (r *Registry) maybeHydrate(p partition.UUID) {
 func (r *Registry) runHydrations(p partition.UUID) {
 	h := r.hyd
 	defer h.wg.Done()
+	// The partitions asked for right after p (a broker that starts, or
+	// restarts, pushes to all its partitions at once) join its batch: one
+	// pass over the window's heap for all of them, not one per slot. The
+	// starter counted this slot in gathering.
+	t := time.NewTimer(h.gather)
+	select {
+	case <-t.C:
+	case <-h.ctx.Done():
+		t.Stop()
+	}
+	h.gathering.Add(-1)
 	batch := []partition.UUID{p}
 	for {
 		for len(batch) < maxHydrateBatch {
@@ -254,6 +277,7 @@ func (r *Registry) runHydrations(p partition.UUID) {
 		if next, ok := h.dequeue(); ok {
 			select {
 			case h.sem <- struct{}{}:
+				h.gathering.Add(1)
 				h.wg.Add(1)
 				go r.runHydrations(next)
 			default:
@@ -265,6 +289,12 @@ func (r *Registry) runHydrations(p partition.UUID) {
 
 // maxHydrateBatch bounds the partitions one load reads together.
 const maxHydrateBatch = 64
+
+// hydrateGather is how long a slot waits for more partitions before its
+// first load: the rows of partitions pushed together interleave in the
+// sidecar's heap, so each load reads about all of it (at 100M in-window
+// hashes, ~3 GB), whether for one partition or for 64.
+const hydrateGather = 100 * time.Millisecond
 
 // hydrating is one partition of a batch load.
 type hydrating struct {

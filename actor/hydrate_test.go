@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -141,4 +142,28 @@ func depthTaking(c *cache.Cache, bytes int64) int64 {
 		}
 	}
 	return lo
+}
+
+// Partitions asked for together (a broker that starts pushes to all its
+// partitions at once) are loaded in one batch, one pass over the window,
+// not one load per free slot.
+func TestLoadsGatherPartitionsAskedForTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Cache: cache.New(cache.Config{Enabled: true, BudgetBytes: 1 << 20}), CacheBudgetBytes: 1 << 20})
+	b.reg.hyd.gather = time.Second // wide enough for five pushes on a slow machine
+	for i := range 5 {
+		g := group("q", "p"+strconv.Itoa(i), "a")
+		b.reg.Push(context.Background(), []*reginatype.PushGroup{g})
+		require.NoError(t, g.Err)
+	}
+	require.Eventually(t, func() bool {
+		h := b.reg.Stats().Hydrations
+		return h.Finished == 5 && h.Running == 0
+	}, 30*time.Second, time.Millisecond, "the five partitions were not loaded: %+v", b.reg.Stats().Hydrations)
+	b.store.mu.Lock()
+	loads := slices.Clone(b.store.loads)
+	b.store.mu.Unlock()
+	require.Len(t, loads, 1, "one load for all five")
+	require.Len(t, loads[0], 5)
+	require.Zero(t, b.reg.Stats().Hydrations.Busy, "no partition waited for a busy slot")
 }

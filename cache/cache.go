@@ -29,15 +29,15 @@ type Config struct {
 	MaxSpan int64
 	// HotHashes bounds the hashes a partition holds exactly (default
 	// DefaultHotHashes): beyond it, its oldest segments are held as Bloom
-	// filters (about 3 bytes a hash instead of about 40), so a deep window
+	// filters (about 4 bytes a hash instead of about 40), so a deep window
 	// fits the budget. A batch hash a filter may hold lowers the watermark
 	// below that filter's segments (ReasonCold when that is beyond MaxSpan).
 	HotHashes int
 }
 
-// DefaultHotHashes is the default Config.HotHashes: 131,072 hashes, about
-// 5 MiB a partition.
-const DefaultHotHashes = 1 << 17
+// DefaultHotHashes is the default Config.HotHashes: 65,536 hashes, about
+// 3 MiB a partition.
+const DefaultHotHashes = 1 << 16
 
 // DefaultMaxSpan is the default Config.MaxSpan.
 const DefaultMaxSpan = 2048

@@ -22,7 +22,7 @@
 // every segment holding a hash with that key, a superset of the batch
 // hash's own segments), so the watermark stays exact. Beyond Config.HotHashes
 // hashes, a partition's oldest segments are held only as Bloom filters
-// (bloom.go; a coldBlock per run of consecutive segments, ~3 bytes a hash),
+// (bloom.go; a coldBlock per run of consecutive segments, ~4 bytes a hash),
 // so a deep window fits the budget. Partitions are evicted whole, least
 // recently used first, to stay within a byte budget (see estimate in
 // partition.go for the formula). Partitions that were dropped remember why

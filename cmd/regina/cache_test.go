@@ -45,6 +45,7 @@ type dedupCacheView struct {
 		Aborted   uint64 `json:"aborted"`
 		Truncated uint64 `json:"truncated"`
 		Busy      uint64 `json:"busy"`
+		TooDeep   uint64 `json:"tooDeep"`
 		Running   int    `json:"running"`
 	} `json:"hydrations"`
 }
@@ -81,6 +82,7 @@ func (s *dedupCacheView) add(v dedupCacheView) {
 	s.Hydrations.Aborted += v.Hydrations.Aborted
 	s.Hydrations.Truncated += v.Hydrations.Truncated
 	s.Hydrations.Busy += v.Hydrations.Busy
+	s.Hydrations.TooDeep += v.Hydrations.TooDeep
 }
 
 // ---------------------------------------------------------------------------
@@ -576,7 +578,8 @@ func TestCacheChangesNoVerdict(t *testing.T) {
 	require.Positive(t, b0.SentinelsByReason["gap"]+b1.SentinelsByReason["gap"], "writes through the other broker were gaps")
 	require.Positive(t, b0.SentinelsByReason["window"]+b1.SentinelsByReason["window"], "window changes dropped partitions")
 	require.Positive(t, b1.Hits, "broker 1's cache answered watermarks")
-	require.Positive(t, b1.Evictions+b1.SentinelsByReason["pressure"], "broker 1's budget evicted or refused partitions")
+	require.Positive(t, b1.Evictions+b1.SentinelsByReason["pressure"]+b1.Hydrations.TooDeep,
+		"broker 1's budget evicted or refused partitions")
 	require.Zero(t, b0.Hydrations.Failed+b1.Hydrations.Failed)
 	// Not vacuous either: the duplicate fast path answered batches in both
 	// worlds that have it (and only there), and some predictions missed.
