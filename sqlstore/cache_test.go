@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/partition"
@@ -23,6 +24,16 @@ import (
 // schemaSQL qualifies "queen." with the store's schema.
 func schemaSQL(st *sqlstore.Store, s string) string {
 	return strings.ReplaceAll(s, "queen.", pgx.Identifier{st.Schema()}.Sanitize()+".")
+}
+
+// schemaExec returns a function that runs a statement (schemaSQL-qualified)
+// on pool and fails t if it errs.
+func schemaExec(t *testing.T, st *sqlstore.Store, pool *pgxpool.Pool) func(sql string, args ...any) {
+	return func(sql string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(context.Background(), schemaSQL(st, sql), args...)
+		require.NoError(t, err)
+	}
 }
 
 func configureWindow(t *testing.T, st *sqlstore.Store, queue string, window int) {

@@ -30,11 +30,7 @@ func TestPackedDuplicateProof(t *testing.T) {
 	ctx := context.Background()
 	st := sqlstoretest.Open(t)
 	pool := sqlstoretest.Pool(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := pool.Exec(ctx, schemaSQL(st, sql), args...)
-		require.NoError(t, err)
-	}
+	exec := schemaExec(t, st, pool)
 
 	// Queue "rep" fingerprints payloads (report), queue "off" does not.
 	parts := map[string]reginatype.PartitionRef{}

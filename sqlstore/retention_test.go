@@ -46,11 +46,7 @@ func TestRetentionDropsExpiredSidecarChildren(t *testing.T) {
 	ctx := context.Background()
 	st := sqlstoretest.Open(t)
 	pool := sqlstoretest.Pool(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := pool.Exec(ctx, schemaSQL(st, sql), args...)
-		require.NoError(t, err)
-	}
+	exec := schemaExec(t, st, pool)
 	count := func(sql string, args ...any) int64 {
 		t.Helper()
 		var n int64

@@ -236,11 +236,7 @@ func TestRetentionDropsOnlyNarrowChildrenPastTheHorizon(t *testing.T) {
 	ctx := context.Background()
 	st := sqlstoretest.Open(t)
 	pool := sqlstoretest.Pool(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := pool.Exec(ctx, schemaSQL(st, sql), args...)
-		require.NoError(t, err)
-	}
+	exec := schemaExec(t, st, pool)
 	ref, err := st.EnsurePartition(ctx, "narrow", "p")
 	require.NoError(t, err)
 	dropSidecarChildren(t, st)
