@@ -68,6 +68,18 @@ $(GOLANGCI_LINT):
 	mv bin/.golangci-install/golangci-lint $@
 	rmdir bin/.golangci-install
 
+# nats-server, pinned, for make compare's JetStream peers (blocks C and S);
+# installed into bin/ on first use like golangci-lint (no go.mod dependency:
+# the broker never links it). bench/compare's NATSPinnedVersion names the same.
+NATS_SERVER_VERSION := v2.15.3
+NATS_SERVER := bin/nats-server-$(NATS_SERVER_VERSION)
+
+$(NATS_SERVER):
+	@mkdir -p bin/.nats-install
+	GOBIN=$(CURDIR)/bin/.nats-install $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)
+	mv bin/.nats-install/nats-server $@
+	rmdir bin/.nats-install
+
 lint: $(GOLANGCI_LINT) ## Run golangci-lint (pinned, config in .golangci.yaml)
 	$(GOLANGCI_LINT) run ./...
 
@@ -113,9 +125,9 @@ SCALE_DRAIN_PER ?= 4
 # Run only some scale phases: partitions, hashes, pop, drain (comma-separated; empty = all).
 SCALE_ONLY ?=
 
-compare: ## Regina vs pgx ceiling vs JetStream [vs QUEEN_URL]: RESULTS.md
+compare: $(NATS_SERVER) ## Regina vs pgx ceiling vs JetStream (twice) vs River [vs QUEEN_URL]: RESULTS.md
 	$(GO) build -o bin/regina-compare ./bench/compare
-	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -database-url "$$url" $(COMPARE_FLAGS) \
+	url=$$($(ENSURE_PG) regina_compare) && exec bin/regina-compare -database-url "$$url" -nats-server $(NATS_SERVER) $(COMPARE_FLAGS) \
 		-rounds $(call cmp_var,ROUNDS,3) -command '$(COMPARE_CMD)' \
 		$(if $(QUEEN_URL),-queen-url '$(QUEEN_URL)') $(if $(QUEEN_DATABASE),-queen-database '$(QUEEN_DATABASE)') $(COMPARE_ARGS)
 

@@ -9,10 +9,10 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/regina-mq/regina/internal/pushanswer"
+	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
 )
 
@@ -41,6 +41,8 @@ const (
 	qCeiling     = "cmp_ceiling"
 	qCheckOff    = "cmp_check_off"
 	qCheckReport = "cmp_check_report"
+	qLarge       = "cmp_large" // block P: -items-large per push
+	qOne         = "cmp_one"   // block P: one message per push, -one-partitions partitions
 )
 
 // configurePayloadCheck configures a queue with a 1 h window and the given
@@ -67,8 +69,15 @@ func configurePayloadCheck(ctx context.Context, baseURL, queue, check string) er
 // configure endpoint (a full replace: every other option is the default).
 // It returns a note when the answer does not echo the window: upstream
 // Queen drops the option (its deduplication has no window).
+//
+// The options also carry leaseTime at its default (300 s, Regina's and
+// Queen's), as Queen's own clients always send known options: Queen's
+// current server answers options that hold only an option it does not know
+// with HTTP 200 and {"error":"[json.exception.type_error.306] cannot use
+// value() with null"}.
 func configureQueue(ctx context.Context, baseURL, queue string, window int) (note string, err error) {
-	body, _ := json.Marshal(map[string]any{"queue": queue, "options": map[string]any{"dedupWindowSeconds": window}})
+	body, _ := json.Marshal(map[string]any{"queue": queue,
+		"options": map[string]any{"leaseTime": partition.DefaultQueueOptions().LeaseTime, "dedupWindowSeconds": window}})
 	b, err := adminRequest(ctx, http.MethodPost, baseURL+"/api/v1/configure", body)
 	if err != nil {
 		return "", fmt.Errorf("configure %s: %w", queue, err)
@@ -141,17 +150,47 @@ type block struct {
 	skip string
 }
 
+// phaseTag is the transaction-id prefix of a phase of round r.
+func (h *harness) phaseTag(r int, ph string) string {
+	return h.runTag + "." + strconv.Itoa(r) + "." + ph
+}
+
+// freshThenStorm runs a fresh phase of pushes, then the storm replaying
+// what it had accepted.
+func (h *harness) freshThenStorm(fresh, storm phaseSpec, work func(replay [][]int32) workFunc) {
+	_, seqs := h.drive(fresh, work(nil))
+	if h.stop.Err() != nil {
+		return
+	}
+	h.drive(storm, work(seqs))
+}
+
+// withWorkload runs f with wl as the run's load shape, then puts the
+// previous one back.
+func (h *harness) withWorkload(wl *workload, f func()) {
+	prev := h.wl
+	h.wl = wl
+	defer func() { h.wl = prev }()
+	f()
+}
+
 // runCompare runs the rounds. Each round runs the blocks, their order
 // rotated by one per round so that no system always goes first:
 //
 //	A  broker with the cache on: regina_on, regina_on_storm, regina_nodedup
 //	B  pgx ceiling: ceiling, ceiling_storm, ceiling_packed, ceiling_pipelined
-//	C  JetStream: jetstream, jetstream_storm
+//	C  JetStream, the pinned nats-server with its defaults (or -nats-url):
+//	   jetstream, jetstream_storm, jetstream_100
 //	D  broker with the cache off: regina_off, regina_off_storm
 //	E  the user's upstream Queen server (-queen-url): queen, queen_storm
 //	F  broker with the cache on, two queues with dedup on:
 //	   regina_check_off and regina_check_report (dedupPayloadCheck off and
 //	   report), in alternating order per round
+//	P  broker with the cache on, other push shapes: regina_100 (-items-large
+//	   per push), regina_1 (one message per push over -one-partitions)
+//	S  JetStream, the pinned nats-server with sync_interval always:
+//	   jetstream_sync, jetstream_sync_storm, jetstream_sync_100
+//	R  River unique inserts: river, river_storm
 //
 // A storm always follows the phase whose pushes it replays.
 func (h *harness) runCompare() error {
@@ -160,12 +199,12 @@ func (h *harness) runCompare() error {
 	if err != nil {
 		return err
 	}
-	tag := func(r int, ph string) string { return h.runTag + "." + strconv.Itoa(r) + "." + ph }
+	tag := h.phaseTag
 	spec := func(name string, r int, g procGroups) phaseSpec {
 		return phaseSpec{name: name, round: r, workers: c.connections, procs: g}
 	}
 	bspec := func(name string, r int, b *brokerProc) phaseSpec {
-		return phaseSpec{name: name, round: r, workers: c.connections, procs: h.procs(b, false), brokerURL: b.url}
+		return phaseSpec{name: name, round: r, workers: c.connections, procs: h.procs(b), brokerURL: b.url}
 	}
 	configure := func(url, queue string, window int) error {
 		note, err := configureQueue(h.stop, url, queue, window)
@@ -174,15 +213,7 @@ func (h *harness) runCompare() error {
 		}
 		return err
 	}
-	// fresh then storm: a fresh phase of pushes to queue, then the storm
-	// replaying what it had accepted.
-	freshThenStorm := func(fresh, storm phaseSpec, work func(replay [][]int32) workFunc) {
-		_, seqs := h.drive(fresh, work(nil))
-		if h.stop.Err() != nil {
-			return
-		}
-		h.drive(storm, work(seqs))
-	}
+	freshThenStorm := h.freshThenStorm
 	blockA := func(r int) error {
 		b, err := h.startBroker(h.main, true, "regina-cache-on-r"+strconv.Itoa(r+1))
 		if err != nil {
@@ -210,18 +241,11 @@ func (h *harness) runCompare() error {
 		return nil
 	}
 	blockB := func(r int) error {
-		g := h.procs(nil, false)
+		g := h.procs(nil)
 		freshThenStorm(spec(phCeiling, r, g), spec(phCeilingStorm, r, g), func(replay [][]int32) workFunc {
 			return h.ceilingWork(h.main.store, refs, tag(r, "c"), replay)
 		})
 		h.packedPhases(r, g, refs, tag(r, "c"))
-		return nil
-	}
-	blockC := func(r int) error {
-		g := h.procs(nil, true)
-		fresh, storm := spec(phNATS, r, g), spec(phNATSStorm, r, g)
-		fresh.workers, storm.workers = c.natsConns, c.natsConns
-		freshThenStorm(fresh, storm, func(replay [][]int32) workFunc { return h.natsWork(tag(r, "n"), replay) })
 		return nil
 	}
 	blockD := func(r int) error {
@@ -281,10 +305,13 @@ func (h *harness) runCompare() error {
 	blocks := []block{
 		{key: 'A', name: "A (Regina, cache on)", run: blockA},
 		{key: 'B', name: "B (pgx ceiling)", run: blockB},
-		{key: 'C', name: "C (JetStream)", run: blockC},
+		{key: 'C', name: "C (JetStream, defaults)", run: h.natsBlock(natsDefault, phNATS, phNATSStorm, phNATS100)},
 		{key: 'D', name: "D (Regina, cache off)", run: blockD},
 		{key: 'E', name: "E (upstream Queen)", run: blockE},
 		{key: 'F', name: "F (Regina, dedupPayloadCheck off vs report)", run: blockF},
+		{key: 'P', name: "P (Regina, large and one-message pushes)", run: h.blockShapes},
+		{key: 'S', name: "S (JetStream, sync_interval always)", run: h.natsBlock(natsSyncAlways, phNATSSync, phNATSSyncSt, phNATSSync100)},
+		{key: 'R', name: "R (River unique inserts)", run: h.blockRiver},
 	}
 	if h.queen == nil {
 		blocks[4].skip = "no -queen-url (make compare QUEEN_URL=http://HOST:PORT) given"
@@ -292,7 +319,7 @@ func (h *harness) runCompare() error {
 	var active []block
 	for _, b := range blocks {
 		switch {
-		case !strings.ContainsRune(strings.ToUpper(c.blocks), rune(b.key)):
+		case !c.wantsBlock(b.key):
 		case b.skip != "":
 			h.logf("block %s skipped: %s", b.name, b.skip)
 		default:
@@ -311,6 +338,46 @@ func (h *harness) runCompare() error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// Block P's phases.
+const (
+	phRegina100 = "regina_100" // -items-large messages per push, -partitions partitions
+	phReginaOne = "regina_1"   // one message per push over -one-partitions partitions
+)
+
+// blockShapes is block P: a broker with the cache on (defaults), its queue
+// configured with a 1 h window, the large pushes (-items-large) over
+// -partitions partitions, then one-message pushes over -one-partitions.
+// Each shape's partitions are primed first.
+func (h *harness) blockShapes(r int) error {
+	c := h.cfg
+	b, err := h.startBroker(h.main, true, "regina-shapes-r"+strconv.Itoa(r+1))
+	if err != nil {
+		return err
+	}
+	defer h.stopBroker()
+	for _, s := range []struct {
+		phase, queue string
+		wl           *workload
+		skip         bool
+	}{
+		{phRegina100, qLarge, h.wlLarge, c.itemsLarge == 0},
+		{phReginaOne, qOne, h.wlOne, false},
+	} {
+		if s.skip || h.stop.Err() != nil {
+			continue
+		}
+		if _, err := configureQueue(h.stop, b.url, s.queue, 3600); err != nil {
+			return err
+		}
+		if _, err := h.prime(b.url, s.queue, h.phaseTag(r, "prime-"+s.queue), s.wl.partitions); err != nil {
+			return err
+		}
+		spec := phaseSpec{name: s.phase, round: r, workers: c.connections, procs: h.procs(b), brokerURL: b.url}
+		h.withWorkload(s.wl, func() { h.drive(spec, h.reginaWork(b.url, s.queue, h.phaseTag(r, s.queue), nil)) })
 	}
 	return nil
 }

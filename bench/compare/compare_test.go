@@ -124,6 +124,13 @@ func TestWriteCompareWithAndWithoutQueen(t *testing.T) {
 			{Name: phReginaOn, MsgsPerSec: 20000, Ops: 2000, Window: 10, CPU: CPU{Broker: core(0.4), PGOurs: core(1.2)}},
 			{Name: phReginaOnStorm, MsgsPerSec: 40000, Ops: 4000, Window: 10},
 			{Name: phNATS, MsgsPerSec: 40000, Ops: 40000, Window: 10},
+			{Name: phNATSSync, MsgsPerSec: 4000, Ops: 4000, Window: 10},
+			{Name: phRiver, MsgsPerSec: 10000, Ops: 1000, Window: 10},
+			{Name: phRiverStorm, MsgsPerSec: 8000, Ops: 800, Window: 10},
+			{Name: phRegina100, MsgsPerSec: 80000, Ops: 800, Window: 10},
+			{Name: phNATS100, MsgsPerSec: 40000, Ops: 40000, Window: 10},
+			{Name: phNATSSync100, MsgsPerSec: 4000, Ops: 4000, Window: 10},
+			{Name: phReginaOne, MsgsPerSec: 5000, Ops: 5000, Window: 10, CPU: CPU{Broker: core(0.2), PGOurs: core(0.3)}},
 		}
 		if withQueen {
 			rs = append(rs,
@@ -135,7 +142,7 @@ func TestWriteCompareWithAndWithoutQueen(t *testing.T) {
 	for _, withQueen := range []bool{false, true} {
 		path := filepath.Join(t.TempDir(), "RESULTS.md")
 		h := &harness{
-			cfg:     &config{rounds: 1, out: path, connections: 16, partitions: 16, items: 10},
+			cfg:     &config{rounds: 1, out: path, connections: 16, partitions: 16, items: 10, itemsLarge: 100, onePartitions: 1000},
 			wl:      newWorkload(16, 10, 200, 42),
 			info:    runInfo{Machine: Machine{NProc: 2}},
 			results: results(withQueen),
@@ -151,6 +158,18 @@ func TestWriteCompareWithAndWithoutQueen(t *testing.T) {
 		}
 		b, _ := os.ReadFile(path)
 		doc := string(b)
+		// The issue-27 keys, Regina over each peer and CPU per message
+		// (broker + backends over msgs/s: 1.6 cores / 20k, 0.5 / 5k).
+		for _, want := range []string{"regina/jetstream=0.50 ", "regina/jetstream_sync=5.00 ", "regina/jetstream_sync_100=20.00 ",
+			"regina/jetstream_100=2.00 ", "regina/river=2.00 ", "regina/river_storm=5.00 ", "cpu_us/msg_1=100", "cpu_us/msg_10=80"} {
+			if !strings.Contains(summary, want) {
+				t.Errorf("summary %q lacks %q", summary, want)
+			}
+		}
+		if !strings.Contains(doc, "| one message per push over 1000 partitions (block P) (`cpu_us/msg_1`) | **100** | 100.0 | ≤ 120 | **met**") ||
+			!strings.Contains(doc, "(`cpu_us/msg_10`) | **80** | 80.0 | ≤ 45 | **missed**") {
+			t.Errorf("RESULTS.md lacks the CPU bars:\n%s", doc)
+		}
 		if !withQueen {
 			if !strings.Contains(doc, "default settings as found") {
 				t.Fatalf("a server at PostgreSQL's defaults is said to be:\n%s", doc)

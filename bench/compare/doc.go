@@ -1,17 +1,25 @@
-// Command regina-compare measures Regina side by side with the two figures
-// it is held to, in one run on one machine with the same messages: the raw
-// PostgreSQL ceiling of its own push transaction, and NATS JetStream's
-// deduplicating publish; and, when the user runs one and names it, the
-// upstream Queen server. It writes the ratios and the raw figures to
-// bench/RESULTS.md and prints, as its last line,
+// Command regina-compare measures Regina side by side with the figures and
+// peers it is held to, in one run on one machine with the same messages:
+// the raw PostgreSQL ceiling of its own push transaction; NATS JetStream's
+// deduplicating publish, twice (nats-server's defaults, which acknowledge
+// before an fsync, and `sync_interval: always`, acked = on disk as a Regina
+// commit); River's unique inserts on the same PostgreSQL; and, when the
+// user runs one and names it, the upstream Queen server. It writes the
+// ratios and the raw figures to bench/RESULTS.md and prints, as its last
+// line (R: Regina / peer at -items per push, or -items-large for the _100
+// keys; N: broker + backends CPU µs per new message at one message per push
+// over -one-partitions and at -items per push),
 //
-//	compare: regina/jetstream=R regina/ceiling=R dedup_on/off=R dup/new=R report/off=R [regina/queen=R]
+//	compare: regina/jetstream=R regina/ceiling=R dedup_on/off=R dup/new=R report/off=R regina/jetstream_sync=R regina/jetstream_sync_100=R regina/jetstream_100=R regina/river=R regina/river_storm=R cpu_us/msg_1=N cpu_us/msg_10=N [regina/queen=R]
 //
 // Run it through make, which finds or starts PostgreSQL first:
 //
-//	make compare                    # 3 rounds x 11 phases x (3 s warmup + 20 s): about 15 minutes
-//	make compare DURATION=5s        # the same, shorter: about 5 minutes
+//	make compare                    # 3 rounds x 23 phases x (3 s warmup + 20 s): about 30 minutes
+//	make compare DURATION=5s        # the same, shorter: about 10 minutes
 //	make compare COMPARE_ARGS=-blocks=F   # only dedupPayloadCheck report vs off
+//	make compare COMPARE_ARGS=-blocks=AP  # only Regina's shapes: the cpu_us keys
+//	make compare COMPARE_ARGS=-blocks=APCS   # Regina and both JetStreams
+//	make compare COMPARE_ARGS='-blocks ACS -nats-url nats://127.0.0.1:4222'   # block C on a server you run (Debian's 2.9)
 //	make compare ITEMS=100 ROUNDS=1 WARMUP=2s
 //	make compare COMPARE_ARGS='-blocks AB -nats-conns 1'
 //	make compare QUEEN_URL=http://127.0.0.1:6640            # adds block E against your Queen server
@@ -31,12 +39,18 @@
 //     scripts/ensure-postgres.sh regina_compare (or -database-url);
 //   - creates a fresh schema regina_cmp_<tag> (migrated through sqlstore,
 //     the broker's own code) and drops it at the end;
-//   - uses the NATS server answering on 127.0.0.1:4222 if it has JetStream,
-//     else starts nats-server -js -a 127.0.0.1 -p <free port> -sd <tmp dir>
-//     (installing Debian's nats-server package first when the binary is
-//     missing and we are root) and stops it at the end; creates one stream
-//     (file storage, 1 h duplicate window, one subject per partition) and
-//     deletes it at the end;
+//   - starts the pinned nats-server (bin/nats-server-v2.15.3, which make
+//     compare installs with go install, like golangci-lint; -nats-server
+//     names another binary) twice on free ports of 127.0.0.1, from a
+//     configuration file each: with its defaults (block C) and with
+//     `jetstream { sync_interval: always }` (block S); -nats-url gives block
+//     C a server you run instead (Debian's 2.9 on 127.0.0.1:4222, say:
+//     RESULTS.md then says it runs with its own settings). On each it
+//     creates one stream (file storage, 1 h duplicate window, one subject
+//     per partition), deleted at the end with the servers it started;
+//   - for block R, creates schema regina_cmp_<tag>_river in the same
+//     database, migrated by River's own migrator (River v0.51.2,
+//     riverpgxv5), and drops it at the end;
 //   - starts bin/regina itself on a free port, with that schema and every
 //     setting at its default except QUEEN_DEDUP_CACHE, and stops it after
 //     each block;
@@ -95,15 +109,17 @@
 //
 // # Phases and rounds
 //
-// One round is five blocks, six with Queen; the block order rotates by one
-// per round (A B C D F, then B C D F A, ...), so that no system always runs
-// first or last:
+// One round is eight blocks, nine with Queen (-blocks selects some); the
+// block order rotates by one per round (A B C D F P S R, then B C D F P S R
+// A, ...), so that no system always runs first or last:
 //
 //	A  broker, QUEEN_DEDUP_CACHE=true: regina_on (dedup on, 1 h window),
 //	   regina_on_storm (replays every push regina_on had accepted, cycling),
 //	   regina_nodedup (a queue configured dedupWindowSeconds: 0)
 //	B  ceiling, ceiling_storm, ceiling_packed, ceiling_pipelined
-//	C  jetstream, jetstream_storm (republishes the same Msg-Ids)
+//	C  JetStream, nats-server's defaults (or -nats-url): jetstream,
+//	   jetstream_storm (republishes the same Msg-Ids), jetstream_100
+//	   (-items-large messages per push)
 //	D  broker, QUEEN_DEDUP_CACHE=false: regina_off, regina_off_storm
 //	E  the user's Queen server (only with -queen-url): queen, queen_storm
 //	   (replays every push queen had accepted); its partitions are primed
@@ -113,6 +129,15 @@
 //	   (report: every stored payload fingerprinted, its fingerprint written
 //	   next to its hash), back to back on one broker, their order swapped
 //	   every round; the bar is report/off >= 0.95
+//	P  broker, QUEEN_DEDUP_CACHE=true, a queue with a 1 h window:
+//	   regina_100 (-items-large, 100, messages per push over -partitions),
+//	   then regina_1 (one message per push over -one-partitions, 1000,
+//	   partitions: the commonest HTTP producer), each shape primed first
+//	S  JetStream with `sync_interval: always`: jetstream_sync,
+//	   jetstream_sync_storm, jetstream_sync_100
+//	R  River: river (each push's messages as River jobs in one InsertMany,
+//	   unique by transaction id: `river:"unique"`, UniqueOpts{ByArgs:
+//	   true}), river_storm (the same jobs again: UniqueSkippedAsDuplicate)
 //
 // Each phase is -warmup (3 s, not counted) plus -duration (20 s). An op
 // counts when its answer arrives inside the measured window; msgs/s counts
@@ -220,11 +245,17 @@
 //     rates move a lot from run to run; that is why everything is a same-run
 //     ratio, interleaved, median of rounds. The "machine" CPU column shows
 //     how much of the box was taken by work that is not this run.
-//   - Durability is not the same: every Regina and ceiling commit waits for
-//     a WAL flush (synchronous_commit on, as found); nats-server 2.9
-//     acknowledges before syncing its file store (it syncs in the
-//     background). JetStream also gets its best shape here: async publish
-//     with many in flight, while Regina's producers wait for each push.
+//   - Durability: every Regina, ceiling and River commit waits for a WAL
+//     flush (synchronous_commit on, as found). nats-server's defaults
+//     acknowledge before syncing the file store (it syncs every 2 minutes);
+//     block S's `sync_interval: always` fsyncs before every ack, which is
+//     the like-for-like peer, and the one the JetStream bars are on.
+//     JetStream also gets its best shape here: async publish with many in
+//     flight, while Regina's producers wait for each push.
+//   - River has no partitions and no window: its jobs go to its default
+//     queue, and a job is a duplicate while one with its key exists in any
+//     of River's default unique states (as Queen's unique key). River's
+//     client runs inside this program: its CPU is in "load gen".
 //   - The ceiling is the push transaction as the broker issues it, through
 //     the same pgx code, so it includes the full-window GIN probe. Regina's
 //     actor group-commits concurrent pushes to the same partition into one

@@ -23,7 +23,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/regina-mq/regina/sqlstore"
@@ -53,6 +52,14 @@ type config struct {
 	// packSenders and packPartitions shape the packed ceilings (packed.go).
 	packSenders    int
 	packPartitions int
+	// natsServer is the pinned nats-server binary blocks C and S start
+	// ("" = bin/nats-server-<NATSPinnedVersion>).
+	natsServer string
+	// itemsLarge is the messages per push of the large-push phases
+	// (regina_100, jetstream_100, jetstream_sync_100; 0 = none).
+	itemsLarge int
+	// onePartitions is the partitions of block P's one-message pushes.
+	onePartitions int
 
 	scale          bool
 	scaleParts     []int
@@ -80,6 +87,18 @@ type config struct {
 	scaleDrainConsumers int
 	// scaleOnly names the scale phases to run (nil = all of them).
 	scaleOnly map[string]bool
+}
+
+// defaultBlocks are the compare blocks a run has unless -blocks says
+// otherwise (E runs only with -queen-url).
+const defaultBlocks = "ABCDEFPSR"
+
+// blockPhases is the number of phases of each block, for plannedTime.
+var blockPhases = map[rune]int{'A': 3, 'B': 4, 'C': 3, 'D': 2, 'E': 2, 'F': 2, 'P': 2, 'S': 3, 'R': 2}
+
+// wantsBlock reports whether -blocks names the block with letter key.
+func (c *config) wantsBlock(key byte) bool {
+	return strings.ContainsRune(strings.ToUpper(c.blocks), rune(key))
 }
 
 // scalePhases are the names -scale-only accepts.
@@ -120,7 +139,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("regina-compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL; empty = scripts/ensure-postgres.sh regina_compare finds or starts one")
-	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server with JetStream; empty = the one on 127.0.0.1:4222, else start nats-server -js on a free port")
+	fs.StringVar(&c.natsURL, "nats-url", "", "block C's NATS server with JetStream (e.g. Debian's on nats://127.0.0.1:4222); empty = start the pinned nats-server with its defaults")
+	fs.StringVar(&c.natsServer, "nats-server", "", "the pinned nats-server binary blocks C and S start (empty = bin/nats-server-"+NATSPinnedVersion+", which make compare installs)")
+	fs.IntVar(&c.itemsLarge, "items-large", 100, "compare mode: messages per push of the large-push phases (regina_100 in block P, jetstream_100, jetstream_sync_100); 0 = none")
+	fs.IntVar(&c.onePartitions, "one-partitions", 1000, "compare mode: partitions of block P's one-message pushes (regina_1)")
 	fs.StringVar(&c.regina, "regina", "bin/regina", "broker binary (relative to the repository root)")
 	fs.BoolVar(&c.build, "build", true, "go build the broker into -regina first")
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "measured time per phase")
@@ -135,7 +157,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.out, "out", "bench/RESULTS.md", "markdown file to write (its compare or scale section is replaced)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write every phase result as JSON to this path")
 	fs.StringVar(&c.command, "command", "", "how the run was invoked, for the results file (default: this program's arguments)")
-	fs.StringVar(&c.blocks, "blocks", "ABCDEF", "compare mode: which blocks to run (A Regina cache on + storm + dedup off, B pgx ceiling + storm, C JetStream + storm, D Regina cache off + storm, E upstream Queen + storm when -queen-url is given, F Regina dedupPayloadCheck off vs report)")
+	fs.StringVar(&c.blocks, "blocks", defaultBlocks, "compare mode: which blocks to run (A Regina cache on + storm + dedup off, B pgx ceiling + storm, "+
+		"C JetStream (defaults, or -nats-url) + storm + large pushes, D Regina cache off + storm, E upstream Queen + storm when -queen-url is given, "+
+		"F Regina dedupPayloadCheck off vs report, P Regina large pushes and one-message pushes over -one-partitions, "+
+		"S JetStream sync_interval always + storm + large pushes, R River unique inserts + storm)")
 	fs.StringVar(&c.queenURL, "queen-url", "", "compare mode: an upstream Queen server you run (http://HOST:PORT); block E gives it the same load as Regina")
 	fs.StringVar(&c.queenDB, "queen-database", "", "compare mode: the PostgreSQL database the Queen server uses, when on the local cluster (its backends become \"PG ours\" of the Queen phases)")
 	be := fs.String("broker-env", "", "settings given to every broker started, VAR=value,... (e.g. PUSH_SHAPE=single); the others are the defaults")
@@ -212,8 +237,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-warmup must be >= 0")
 	case c.rounds < 1 || c.scaleRounds < 1:
 		return nil, errors.New("-rounds and -scale-rounds must be >= 1")
-	case c.connections < 1 || c.partitions < 1 || c.items < 1:
-		return nil, errors.New("-connections, -partitions and -items must be >= 1")
+	case c.connections < 1 || c.partitions < 1 || c.items < 1 || c.onePartitions < 1 || c.itemsLarge < 0:
+		return nil, errors.New("-connections, -partitions, -items and -one-partitions must be >= 1, -items-large >= 0")
 	case c.packSenders < 1 || c.packPartitions < 0:
 		return nil, errors.New("-pack-senders must be >= 1 and -pack-partitions >= 0")
 	case c.payload < 11:
@@ -268,12 +293,14 @@ type harness struct {
 	postmaster int
 
 	wl *workload
+	// wlLarge and wlOne are the compare mode's other push shapes:
+	// -items-large messages per push, and one message per push over
+	// -one-partitions partitions.
+	wlLarge, wlOne *workload
 
-	natsSrv      *natsProc
-	nc           *nats.Conn
-	stream       string
-	natsSubjects []string
-	natsPending  int
+	jetstreams  map[natsMode]*natsPeer // opened by jetStream
+	natsPending int
+	river       *riverPeer // opened by riverPeer
 
 	queen *queenTarget // nil without -queen-url
 
@@ -293,8 +320,7 @@ type runInfo struct {
 	Machine     Machine    `json:"machine"`
 	GoVersion   string     `json:"go_version"`
 	PGVersion   string     `json:"pg_version"`
-	NATSVersion string     `json:"nats_version,omitempty"`
-	NATSWhere   string     `json:"nats_where,omitempty"`
+	Peers       []peerInfo `json:"peers,omitempty"`
 	Commit      string     `json:"regina_commit"`
 	PGWhere     string     `json:"pg_where"`
 	PGSettings  string     `json:"pg_settings,omitempty"` // sqlstore.ServerSettingNames not at PostgreSQL's defaults
@@ -401,9 +427,12 @@ func (h *harness) plannedTime() time.Duration {
 		}
 		return time.Duration(n)*phase + 150*time.Minute
 	}
-	phases := 11 + 2 // + 2: block B's packed ceilings (packed.go)
-	if c.queenURL != "" {
-		phases += 2
+	phases := 0
+	for _, b := range strings.ToUpper(c.blocks) {
+		phases += blockPhases[b]
+	}
+	if c.queenURL == "" && c.wantsBlock('E') {
+		phases -= blockPhases['E']
 	}
 	return time.Duration(c.rounds*phases)*phase + time.Duration(c.rounds*2)*time.Minute + 10*time.Minute
 }
@@ -480,9 +509,11 @@ func (h *harness) setup() error {
 		}
 	}
 	h.wl = newWorkload(c.partitions, c.items, c.payload, 42)
+	h.wlLarge = newWorkload(c.partitions, max(c.itemsLarge, 1), c.payload, 42)
+	h.wlOne = newWorkload(c.onePartitions, 1, c.payload, 42)
 
 	if !c.scale {
-		if err := h.setupNATS(ctx); err != nil {
+		if err := h.setupPeers(ctx); err != nil {
 			return err
 		}
 		if c.queenURL != "" {
@@ -494,86 +525,6 @@ func (h *harness) setup() error {
 	return nil
 }
 
-func (h *harness) setupNATS(ctx context.Context) error {
-	c := h.cfg
-	h.natsSrv = findNATS(c.natsURL)
-	connect := func() error {
-		nc, err := nats.Connect(h.natsSrv.url, nats.Name("regina-compare-admin"), nats.Timeout(5*time.Second))
-		if err != nil {
-			return err
-		}
-		js, err := nc.JetStream()
-		if err == nil {
-			_, err = js.AccountInfo()
-		}
-		if err != nil {
-			nc.Close()
-			return fmt.Errorf("JetStream not available at %s: %w", h.natsSrv.url, err)
-		}
-		h.nc = nc
-		return nil
-	}
-	var err error
-	if h.natsSrv != nil {
-		h.natsSrv.binary, _ = findNATSBinaryQuiet()
-		if err = connect(); err != nil && c.natsURL != "" {
-			return err
-		}
-		if err != nil {
-			h.logf("%v; starting our own nats-server", err)
-			h.natsSrv = nil
-		}
-	}
-	if h.natsSrv == nil {
-		bin, err := findNATSBinary(ctx, h.logf)
-		if err != nil {
-			return err
-		}
-		if h.natsSrv, err = startNATS(ctx, bin, h.tmp); err != nil {
-			return err
-		}
-		if err := connect(); err != nil {
-			return err
-		}
-		h.info.NATSWhere = "started for this run: " + bin + " -js -a 127.0.0.1 -p " + strings.TrimPrefix(h.natsSrv.url, "nats://127.0.0.1:") + " -sd <tmp>"
-	} else {
-		h.info.NATSWhere = "already running at " + h.natsSrv.url
-		if h.natsSrv.pid > 0 {
-			if cmd, err := os.ReadFile("/proc/" + strconv.Itoa(h.natsSrv.pid) + "/cmdline"); err == nil {
-				h.info.NATSWhere += " (" + strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")) + ")"
-			}
-		}
-	}
-	h.info.NATSVersion = "nats-server " + h.nc.ConnectedServerVersion()
-	if h.natsSrv.binary != "" {
-		if v, err := output(ctx, h.repo, h.natsSrv.binary, "--version"); err == nil {
-			h.info.NATSVersion += " (`" + filepath.Base(h.natsSrv.binary) + " --version`: " + v + ")"
-		}
-	}
-	js, err := h.nc.JetStream()
-	if err != nil {
-		return err
-	}
-	h.stream = "REGINA_CMP_" + strings.ToUpper(h.runTag)
-	root := "regina-cmp." + h.runTag
-	if _, err := js.AddStream(&nats.StreamConfig{Name: h.stream, Subjects: []string{root + ".>"},
-		Storage: nats.FileStorage, Duplicates: time.Hour, Replicas: 1}); err != nil {
-		h.stream = ""
-		return fmt.Errorf("create stream: %w", err)
-	}
-	for p := range c.partitions {
-		h.natsSubjects = append(h.natsSubjects, root+".p"+strconv.Itoa(p))
-	}
-	h.natsPending = max(c.natsInflight/c.natsConns, 1)
-	h.logf("NATS %s at %s, stream %s (file storage, 1 h duplicate window), %d connections x %d in flight",
-		h.nc.ConnectedServerVersion(), h.natsSrv.url, h.stream, c.natsConns, h.natsPending)
-	return nil
-}
-
-func findNATSBinaryQuiet() (string, error) {
-	return findNATSBinary(context.Background(), func(string, ...any) {})
-}
-
 // cleanup stops what the run started and drops what it created. After a
 // second signal it kills instead of waiting.
 func (h *harness) cleanup() {
@@ -583,23 +534,8 @@ func (h *harness) cleanup() {
 		h.broker.stop(hard)
 		h.broker = nil
 	}
-	if h.nc != nil {
-		if h.stream != "" {
-			if js, err := h.nc.JetStream(); err == nil {
-				if err := js.DeleteStream(h.stream); err != nil {
-					h.logf("delete stream %s: %v", h.stream, err)
-				} else {
-					h.logf("deleted stream %s", h.stream)
-				}
-			}
-		}
-		h.nc.Close()
-	}
+	h.cleanupPeers()
 	h.cleanupQueen()
-	if h.natsSrv != nil && h.natsSrv.started {
-		h.logf("stopping the nats-server we started")
-		h.natsSrv.stop(hard)
-	}
 	for len(h.spaces) > 0 {
 		h.dropSpace(h.spaces[len(h.spaces)-1])
 	}
@@ -646,13 +582,12 @@ func (h *harness) stopBroker() {
 	}
 }
 
-func (h *harness) procs(broker *brokerProc, withNATS bool) procGroups {
+// procs names the processes of a phase: the broker (nil: none) and the
+// run's PostgreSQL.
+func (h *harness) procs(broker *brokerProc) procGroups {
 	g := procGroups{postmaster: h.postmaster, dbname: h.dbname}
 	if broker != nil {
 		g.broker = broker.pid
-	}
-	if withNATS && h.natsSrv != nil {
-		g.nats = h.natsSrv.pid
 	}
 	return g
 }

@@ -497,10 +497,11 @@ var errAckTimeout = errors.New("no publish ack within 30s of the phase end")
 
 // natsWork publishes each push's items one message each, asynchronously
 // with Nats-Msg-Id = the transaction id, to the partition's subject, at most
-// h.natsPending in flight per connection (one connection per worker). Acks
-// are read in order by a second goroutine; an op is one message, its
-// latency from the publish call's return to its ack. replay as for Regina.
-func (h *harness) natsWork(tag string, replay [][]int32) workFunc {
+// h.natsPending in flight per connection (one connection per worker), to
+// peer p's push stream. Acks are read in order by a second goroutine; an
+// op is one message, its latency from the publish call's return to its
+// ack. replay as for Regina.
+func (h *harness) natsWork(p *natsPeer, tag string, replay [][]int32) workFunc {
 	return func(ctx context.Context, w int, pc *phaseClock, rec *workerRec) {
 		var src []int32
 		if replay != nil {
@@ -508,7 +509,7 @@ func (h *harness) natsWork(tag string, replay [][]int32) workFunc {
 				return
 			}
 		}
-		nc, err := nats.Connect(h.natsSrv.url, nats.Name("regina-compare"), nats.Timeout(5*time.Second))
+		nc, err := nats.Connect(p.srv.url, nats.Name("regina-compare"), nats.Timeout(5*time.Second))
 		if err != nil {
 			rec.fail(err)
 			return
@@ -562,7 +563,7 @@ func (h *harness) natsWork(tag string, replay [][]int32) workFunc {
 			pubSample error
 			okSeqs    []int32
 		)
-		subjects := h.natsSubjects
+		subjects := p.subjects
 		tx := make([]byte, 0, 64)
 		for k := 0; running(ctx, pc); k++ {
 			seq := k

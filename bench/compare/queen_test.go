@@ -16,8 +16,9 @@ import (
 
 // queenStandIn answers like the upstream Queen server: 200 for everything
 // after its database, verdicts rendered by PostgreSQL (spaces after the
-// colons), unknown configure options dropped, deduplication per
-// (partition, transactionId) with no window.
+// colons), unknown configure options dropped (and options holding none it
+// knows answered with its json.exception error, as its current server
+// does), deduplication per (partition, transactionId) with no window.
 type queenStandIn struct {
 	mu      sync.Mutex
 	seen    map[string]bool
@@ -30,6 +31,14 @@ func (q *queenStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/health":
 		io.WriteString(w, `{"status":"healthy","database":"connected","server":"C++ Queen Server (libqueen)","version":"1.0.0"}`)
 	case r.URL.Path == "/api/v1/configure":
+		var req struct {
+			Options map[string]any `json:"options"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if req.Options["leaseTime"] == nil && req.Options["retryLimit"] == nil {
+			io.WriteString(w, `{"error":"[json.exception.type_error.306] cannot use value() with null"}`)
+			return
+		}
 		io.WriteString(w, `{"configured":true,"options":{"leaseTime":300,"retryLimit":3}}`)
 	case r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/api/v1/resources/queues/"):
 		q.mu.Lock()

@@ -246,10 +246,10 @@ func (h *harness) settingText(b *strings.Builder) {
 	fmt.Fprintf(b, "- Machine: %d × %s, %s GiB memory, %s, kernel %s\n", i.Machine.NProc, i.Machine.CPUModel, i.Machine.MemGiB, i.Machine.OS, i.Machine.Kernel)
 	fmt.Fprintf(b, "- Versions: %s; PostgreSQL %s (%s, %s); Regina commit `%s`", i.GoVersion, i.PGVersion, i.PGWhere,
 		pgSettingsText(i.PGSettings), i.Commit)
-	if i.NATSVersion != "" {
-		fmt.Fprintf(b, "; %s, %s", i.NATSVersion, i.NATSWhere)
-	}
 	b.WriteString("\n")
+	for _, p := range i.Peers {
+		fmt.Fprintf(b, "- %s: %s, %s\n", p.Name, p.Version, p.Where)
+	}
 	if strings.HasSuffix(i.Commit, "+dirty") {
 		b.WriteString("  (`+dirty`: the work tree had uncommitted changes of other engineers when the broker was built)\n")
 	}
@@ -283,7 +283,13 @@ func (h *harness) comparePhases() []phaseInfo {
 		{phCeiling, "`queen.push_segment` through pgx, no broker: new messages"},
 		{phCeilingPacked, "`queen.push_segments` through pgx, no broker: " + h.packedWhat("one transaction")},
 		{phCeilingPipelined, "`queen.push_segment` pipelined through pgx, no broker: " + h.packedWhat("a transaction each")},
-		{phNATS, "JetStream async publish, `Nats-Msg-Id`, 1 h window, file storage: new messages"},
+		{phNATS, "JetStream (block C: " + h.natsWhat(natsDefault) + ") async publish, `Nats-Msg-Id`, 1 h window, file storage: new messages"},
+		{phNATSSync, "JetStream (block S: `sync_interval: always`), same publish: new messages"},
+		{phRiver, "River (block R) unique `InsertMany`, one call (transaction) per push, same PostgreSQL: new messages"},
+		{phRegina100, "Regina, dedup on, cache on (block P): " + strconv.Itoa(h.cfg.itemsLarge) + " messages per push: new messages"},
+		{phNATS100, "JetStream (block C), " + strconv.Itoa(h.cfg.itemsLarge) + " messages per push: new messages"},
+		{phNATSSync100, "JetStream (block S, `sync_interval: always`), " + strconv.Itoa(h.cfg.itemsLarge) + " messages per push: new messages"},
+		{phReginaOne, "Regina, dedup on, cache on (block P): one message per push over " + strconv.Itoa(h.cfg.onePartitions) + " partitions: new messages"},
 		{phQueen, queen + ", same client and load as Regina: new messages"},
 		{phCheckOff, "Regina, dedup on, `dedupPayloadCheck: off` (block F): new messages"},
 		{phCheckReport, "Regina, dedup on, `dedupPayloadCheck: report` (block F, same broker): new messages, fingerprints stored"},
@@ -291,6 +297,8 @@ func (h *harness) comparePhases() []phaseInfo {
 		{phReginaOffStorm, "retry storm: Regina (cache off) rejecting replayed pushes"},
 		{phCeilingStorm, "retry storm: `queen.push_segment` rejecting replayed batches"},
 		{phNATSStorm, "retry storm: JetStream rejecting republished Msg-Ids"},
+		{phNATSSyncSt, "retry storm: JetStream (`sync_interval: always`) rejecting republished Msg-Ids"},
+		{phRiverStorm, "retry storm: River answering `UniqueSkippedAsDuplicate` to the same jobs"},
 		{phQueenStorm, "retry storm: upstream Queen rejecting replayed pushes"},
 	}
 }
@@ -339,11 +347,21 @@ func fmtOptUs(v *float64) string {
 
 func (h *harness) writeCompare() (string, error) {
 	bars := []ratio{
-		h.ratioOf("regina/jetstream", "Regina dedup on (cache on) / JetStream dedup publish", phReginaOn, phNATS, 1.0),
+		h.ratioOf("regina/jetstream", "Regina dedup on (cache on) / JetStream dedup publish, defaults (acks before fsync)", phReginaOn, phNATS, 0.7),
 		h.ratioOf("regina/ceiling", "Regina dedup on (cache on) / raw PostgreSQL ceiling", phReginaOn, phCeiling, 0.7),
 		h.ratioOf("dedup_on/off", "Regina dedup on (cache on) / dedup off", phReginaOn, phReginaNoDedup, 0.9),
 		h.ratioOf("dup/new", "Regina duplicates rejected / new accepted (cache on)", phReginaOnStorm, phReginaOn, 2.0),
 		h.ratioOf("report/off", "Regina dedupPayloadCheck report / off (block F)", phCheckReport, phCheckOff, 0.95),
+		h.ratioOf("regina/jetstream_sync", "Regina dedup on (cache on) / JetStream `sync_interval: always` (acked = fsynced)", phReginaOn, phNATSSync, 5),
+		h.ratioOf("regina/jetstream_sync_100", "Regina / JetStream `sync_interval: always`, "+strconv.Itoa(h.cfg.itemsLarge)+" msgs/push", phRegina100, phNATSSync100, 20),
+		h.ratioOf("regina/jetstream_100", "Regina / JetStream defaults, "+strconv.Itoa(h.cfg.itemsLarge)+" msgs/push", phRegina100, phNATS100, 1.5),
+		h.ratioOf("regina/river", "Regina dedup on (cache on) / River unique inserts", phReginaOn, phRiver, 2),
+		h.ratioOf("regina/river_storm", "Regina storm (cache on) / River storm", phReginaOnStorm, phRiverStorm, 4),
+	}
+	cpuBars := []cpuBar{
+		h.cpuBarOf("cpu_us/msg_1", "one message per push over "+strconv.Itoa(h.cfg.onePartitions)+" partitions (block P)", phReginaOne, 120),
+		h.cpuBarOf("cpu_us/msg_10", strconv.Itoa(h.cfg.items)+" messages per push over "+strconv.Itoa(h.cfg.partitions)+" partitions (block A)", phReginaOn, 45),
+		h.cpuBarOf("cpu_us/verdict_storm", "retry storm, per duplicate verdict (block A)", phReginaOnStorm, 20),
 	}
 	context := []ratio{
 		h.ratioOf("", "Regina dedup on, cache off / JetStream", phReginaOff, phNATS, 0),
@@ -353,6 +371,9 @@ func (h *harness) writeCompare() (string, error) {
 		h.ratioOf("", "Regina duplicates / new, cache off", phReginaOffStorm, phReginaOff, 0),
 		h.ratioOf("", "Regina storm (cache on) / ceiling storm", phReginaOnStorm, phCeilingStorm, 0),
 		h.ratioOf("", "Regina storm (cache on) / JetStream storm", phReginaOnStorm, phNATSStorm, 0),
+		h.ratioOf("", "Regina storm (cache on) / JetStream `sync_interval: always` storm", phReginaOnStorm, phNATSSyncSt, 0),
+		h.ratioOf("", "JetStream `sync_interval: always` / defaults", phNATSSync, phNATS, 0),
+		h.ratioOf("", "River / ceiling", phRiver, phCeiling, 0),
 		h.ratioOf("", "Ceiling duplicates / new", phCeilingStorm, phCeiling, 0),
 		h.ratioOf("", "JetStream duplicates / new", phNATSStorm, phNATS, 0),
 		h.ratioOf("", "Ceiling / JetStream", phCeiling, phNATS, 0),
@@ -363,13 +384,18 @@ func (h *harness) writeCompare() (string, error) {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "## `make compare`: Regina vs the raw PostgreSQL ceiling vs NATS JetStream\n\n")
+	fmt.Fprintf(&b, "## `make compare`: Regina vs the raw PostgreSQL ceiling vs NATS JetStream vs River\n\n")
 	h.settingText(&b)
 
 	b.WriteString("\n### The bar (median of the per-round ratios)\n\n")
 	b.WriteString("| ratio | value | per round | bar | verdict |\n|---|---|---|---|---|\n")
 	for _, r := range bars {
 		fmt.Fprintf(&b, "| %s (`%s`) | **%s** | %s | ≥ %g | %s |\n", r.label, r.key, r.value(), r.roundsText(), r.bar, r.verdict())
+	}
+	b.WriteString("\nCPU per new message (broker + this run's PostgreSQL backends, µs of CPU per message with the expected verdict):\n\n")
+	b.WriteString("| shape | value | per round | bar | verdict |\n|---|---|---|---|---|\n")
+	for _, r := range cpuBars {
+		fmt.Fprintf(&b, "| %s (`%s`) | **%s** | %s | ≤ %g | %s |\n", r.label, r.key, r.value(), r.roundsText(), r.bar, r.verdict())
 	}
 	b.WriteString("\nOne more bar (10M in-window hashes ≥ 0.9× 100k) is measured by `make compare/scale`, below.\n")
 
@@ -389,6 +415,8 @@ func (h *harness) writeCompare() (string, error) {
 	b.WriteString("| ratio | server side | per round | with client | per round |\n|---|---|---|---|---|\n")
 	for _, e := range []struct{ label, num, den string }{
 		{"Regina dedup on (cache on) / JetStream", phReginaOn, phNATS},
+		{"Regina dedup on (cache on) / JetStream `sync_interval: always`", phReginaOn, phNATSSync},
+		{"Regina dedup on (cache on) / River (River's client runs in the load generator: read \"with client\")", phReginaOn, phRiver},
 		{"Regina dedup on (cache on) / ceiling", phReginaOn, phCeiling},
 		{"Regina dedup on (cache on) / packed ceiling", phReginaOn, phCeilingPacked},
 		{"Packed ceiling / single-partition ceiling", phCeilingPacked, phCeiling},
@@ -463,12 +491,85 @@ func (h *harness) writeCompare() (string, error) {
 	if err := h.writeJSON(); err != nil {
 		return "", err
 	}
-	summary := fmt.Sprintf("compare: regina/jetstream=%s regina/ceiling=%s dedup_on/off=%s dup/new=%s report/off=%s",
-		bars[0].value(), bars[1].value(), bars[2].value(), bars[3].value(), bars[4].value())
+	summary := fmt.Sprintf("compare: regina/jetstream=%s regina/ceiling=%s dedup_on/off=%s dup/new=%s report/off=%s "+
+		"regina/jetstream_sync=%s regina/jetstream_sync_100=%s regina/jetstream_100=%s regina/river=%s regina/river_storm=%s cpu_us/msg_1=%s cpu_us/msg_10=%s",
+		bars[0].value(), bars[1].value(), bars[2].value(), bars[3].value(), bars[4].value(),
+		bars[5].value(), bars[6].value(), bars[7].value(), bars[8].value(), bars[9].value(), cpuBars[0].value(), cpuBars[1].value())
 	if h.queen != nil {
 		summary += " regina/queen=" + queen.value()
 	}
 	return summary, nil
+}
+
+// natsWhat says how block C's or S's server acknowledges.
+func (h *harness) natsWhat(mode natsMode) string {
+	if mode == natsDefault && h.cfg.natsURL != "" {
+		return "the server at -nats-url " + h.cfg.natsURL + ", its own durability settings"
+	}
+	return "nats-server " + NATSPinnedVersion + " " + mode.durability()
+}
+
+// cpuBar is a bar on CPU per message: the median over rounds of (broker +
+// this run's backends) cores / msgs/s, in µs, at most bar.
+type cpuBar struct {
+	key, label string
+	bar        float64
+	rounds     []float64
+	med        float64
+	ok         bool
+}
+
+// cpuBarOf computes phase's CPU per message, round by round.
+func (h *harness) cpuBarOf(key, label, phase string, bar float64) cpuBar {
+	r := cpuBar{key: key, label: label, bar: bar}
+	rs := h.byName(phase, "")
+	for round := range h.cfg.rounds {
+		if x, ok := rs[round]; ok {
+			if v := cpuPerMessage(x); v != nil {
+				r.rounds = append(r.rounds, *v)
+			}
+		}
+	}
+	if len(r.rounds) > 0 {
+		r.med, r.ok = median(r.rounds), true
+	}
+	return r
+}
+
+// cpuPerMessage is (broker + PG ours) CPU µs per message of r, nil when
+// either is unknown.
+func cpuPerMessage(r *PhaseResult) *float64 {
+	if r.CPU.Broker == nil || r.CPU.PGOurs == nil || r.MsgsPerSec <= 0 {
+		return nil
+	}
+	v := (*r.CPU.Broker + *r.CPU.PGOurs) / r.MsgsPerSec * 1e6
+	return &v
+}
+
+func (r cpuBar) value() string {
+	if !r.ok {
+		return "n/a"
+	}
+	return strconv.FormatFloat(r.med, 'f', 0, 64)
+}
+
+func (r cpuBar) roundsText() string {
+	var s []string
+	for _, v := range r.rounds {
+		s = append(s, strconv.FormatFloat(v, 'f', 1, 64))
+	}
+	return strings.Join(s, " / ")
+}
+
+func (r cpuBar) verdict() string {
+	switch {
+	case !r.ok:
+		return "not measured"
+	case r.med <= r.bar:
+		return fmt.Sprintf("**met** (%.0f%% under the bar)", (1-r.med/r.bar)*100)
+	default:
+		return fmt.Sprintf("**missed** by %.0f%% (%.1f µs over %g)", (r.med/r.bar-1)*100, r.med-r.bar, r.bar)
+	}
 }
 
 // limitsText says, from the CPU figures, where the time went.
@@ -542,8 +643,8 @@ func (h *harness) limitsText(sums map[string]phaseSummary) string {
 		b.WriteString(".\n")
 	}
 	if nats.n > 0 && nats.natsUs != nil {
-		fmt.Fprintf(&b, "- JetStream: nats-server %.1f µs and its client %s µs of CPU per message; it acknowledges before any fsync (nats-server 2.9 syncs its file store in the background), while every Regina and ceiling commit waits for a WAL flush.\n",
-			*nats.natsUs, fmtOptUs(nats.loadgenUs))
+		fmt.Fprintf(&b, "- JetStream (block C, %s): nats-server %.1f µs and its client %s µs of CPU per message, while every Regina and ceiling commit waits for a WAL flush.\n",
+			h.natsWhat(natsDefault), *nats.natsUs, fmtOptUs(nats.loadgenUs))
 	}
 	if ceil.n > 0 && on.n > 0 {
 		fmt.Fprintf(&b, "- p99 push latency: Regina %s ms, ceiling %s ms (pushes of %d messages).\n", fmtMs(on.p99), fmtMs(ceil.p99), h.cfg.items)

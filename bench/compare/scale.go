@@ -147,7 +147,7 @@ func (h *harness) runScale() error {
 			settled := h.waitCacheSettled(b.url, cacheSettleLimit)
 			h.scale.startup[p.name] = append(h.scale.startup[p.name], time.Since(t))
 			h.logf("  broker started, every partition primed and its cache loads %s in %s", settled, time.Since(t).Round(time.Millisecond))
-			h.drive(phaseSpec{name: phScaleRegina, round: r, point: p.name, workers: c.connections, procs: h.procs(b, false), brokerURL: b.url},
+			h.drive(phaseSpec{name: phScaleRegina, round: r, point: p.name, workers: c.connections, procs: h.procs(b), brokerURL: b.url},
 				h.reginaWork(b.url, scaleQueue, tag, nil))
 			h.stopBroker()
 			if p.ceil == nil || h.stop.Err() != nil {
@@ -163,7 +163,7 @@ func (h *harness) runScale() error {
 			if err != nil {
 				return err
 			}
-			h.drive(phaseSpec{name: phScaleCeiling, round: r, point: p.name, workers: c.connections, procs: h.procs(nil, false)},
+			h.drive(phaseSpec{name: phScaleCeiling, round: r, point: p.name, workers: c.connections, procs: h.procs(nil)},
 				h.ceilingWork(st, p.ceilRefs, tag+"c", nil))
 			st.Close()
 		}

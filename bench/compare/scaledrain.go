@@ -104,7 +104,7 @@ func (h *harness) runDrain() error {
 func (h *harness) consumeDrain(b *brokerProc, d *drainRun) {
 	ctx, cancel := context.WithCancel(h.stop)
 	defer cancel()
-	g := h.procs(b, false)
+	g := h.procs(b)
 	load0 := loadAvg()
 	h.logf("  %-18s %d consumers, %d messages on %d partitions", phScaleDrain, d.consumers, d.total, d.partitions)
 	var acked atomic.Int64

@@ -323,7 +323,7 @@ func (h *harness) runPopRound(pts []*popPt, r int) error {
 			return err
 		}
 		h.logf("  backlog of %d messages on %d partitions in %s", c.scalePopBacklog, len(hotPartitions(p.partitions)), time.Since(t).Round(time.Millisecond))
-		h.drive(phaseSpec{name: phScalePop, round: r, point: p.name, workers: c.scalePopConsumers, procs: h.procs(b, false), brokerURL: b.url},
+		h.drive(phaseSpec{name: phScalePop, round: r, point: p.name, workers: c.scalePopConsumers, procs: h.procs(b), brokerURL: b.url},
 			h.popWork(b.url, c.scalePopConsumers))
 		h.stopBroker()
 	}

@@ -48,7 +48,7 @@ func (h *harness) runRestart(sp *pgSpace, partitions int, point string) error {
 			st.startup = time.Since(t)
 			h.logf("  restarted broker healthy in %s", st.startup.Round(time.Millisecond))
 		}
-		h.drive(phaseSpec{name: ph, round: 0, point: restartPoint, workers: c.connections, procs: h.procs(b, false), brokerURL: b.url},
+		h.drive(phaseSpec{name: ph, round: 0, point: restartPoint, workers: c.connections, procs: h.procs(b), brokerURL: b.url},
 			h.reginaWork(b.url, scaleQueue, h.runTag+"."+ph, nil))
 		h.stopBroker()
 	}

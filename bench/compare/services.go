@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/regina-mq/regina/internal/procstat"
 )
 
 // childAttr keeps a child out of the terminal's process group (so a Ctrl-C
@@ -160,152 +156,10 @@ func (b *brokerProc) stop(hard bool) {
 	}
 }
 
-// ---------------------------------------------------------------- NATS
-
-// natsProc is the NATS server in use: one that answered on 127.0.0.1:4222,
-// or one we started (then stopped and its store removed at the end).
-type natsProc struct {
-	url     string
-	pid     int
-	binary  string // path of nats-server, "" when unknown
-	started bool
-	cmd     *exec.Cmd
-	dir     string
-	done    chan struct{}
-}
-
-// findNATSBinary returns the nats-server binary, installing Debian's
-// nats-server package when it is missing and we are root.
-func findNATSBinary(ctx context.Context, logf func(string, ...any)) (string, error) {
-	look := func() string {
-		if p, err := exec.LookPath("nats-server"); err == nil {
-			return p
-		}
-		for _, p := range []string{"/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"} {
-			if st, err := os.Stat(p); err == nil && !st.IsDir() {
-				return p
-			}
-		}
-		return ""
-	}
-	if p := look(); p != "" {
-		return p, nil
-	}
-	if os.Geteuid() != 0 {
-		return "", errors.New("nats-server is not installed and we are not root: install Debian's nats-server package (apt-get install nats-server) or pass -nats-url")
-	}
-	logf("nats-server not found; installing Debian's nats-server package with apt-get")
-	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	for _, args := range [][]string{
-		{"-o", "DPkg::Lock::Timeout=300", "update"},
-		{"-o", "DPkg::Lock::Timeout=300", "install", "-y", "--no-install-recommends", "nats-server"},
-	} {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-		cmd := exec.CommandContext(cctx, "apt-get", args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			return "", fmt.Errorf("apt-get %s: %w: %s", strings.Join(args, " "), err, tailString(string(out), 1500))
-		}
-	}
-	if p := look(); p != "" {
-		return p, nil
-	}
-	return "", errors.New("nats-server still missing after apt-get install nats-server")
-}
-
 func tailString(s string, n int) string {
 	s = strings.TrimSpace(s)
 	if len(s) > n {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-// findNATS returns the server at given, else the one answering on
-// 127.0.0.1:4222, else nil (the caller then starts one).
-func findNATS(given string) *natsProc {
-	if given != "" {
-		n := &natsProc{url: given}
-		if u, err := url.Parse(given); err == nil {
-			if p, err := strconv.Atoi(u.Port()); err == nil && (u.Hostname() == "127.0.0.1" || u.Hostname() == "localhost") {
-				n.pid = procstat.ListenerPID("/proc", p)
-			}
-		}
-		return n
-	}
-	if portAnswers("127.0.0.1:4222") {
-		return &natsProc{url: "nats://127.0.0.1:4222", pid: procstat.ListenerPID("/proc", 4222)}
-	}
-	return nil
-}
-
-// startNATS starts nats-server -js on a free port of 127.0.0.1 with a
-// temporary store directory.
-func startNATS(ctx context.Context, bin, tmpDir string) (*natsProc, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp(tmpDir, "nats-store-")
-	if err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(tmpDir, "nats-server.log")
-	cmd := exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", dir, "-l", logPath)
-	cmd.SysProcAttr = childAttr()
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	n := &natsProc{url: "nats://127.0.0.1:" + strconv.Itoa(port), pid: cmd.Process.Pid, binary: bin,
-		started: true, cmd: cmd, dir: dir, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(n.done)
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for !portAnswers("127.0.0.1:" + strconv.Itoa(port)) {
-		select {
-		case <-n.done:
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("nats-server exited at start; log %s:\n%s", logPath, tailFile(logPath, 2000))
-		case <-ctx.Done():
-			n.stop(true)
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			n.stop(true)
-			return nil, fmt.Errorf("nats-server did not listen within 20s; log %s", logPath)
-		}
-	}
-	return n, nil
-}
-
-// stop ends a server we started and removes its store.
-func (n *natsProc) stop(hard bool) {
-	if n == nil || !n.started {
-		return
-	}
-	select {
-	case <-n.done:
-	default:
-		if !hard {
-			_ = n.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-n.done:
-			case <-time.After(10 * time.Second):
-			}
-		}
-		_ = n.cmd.Process.Kill()
-		select {
-		case <-n.done:
-		case <-time.After(5 * time.Second):
-		}
-	}
-	if n.dir != "" {
-		os.RemoveAll(n.dir)
-	}
 }

@@ -58,3 +58,26 @@ func TestImportDirection(t *testing.T) {
 		}
 	}
 }
+
+// peerModules are the peers bench/compare measures Regina against: they
+// belong to the bench program only, never to the broker's binary.
+var peerModules = []string{"github.com/riverqueue/", "github.com/nats-io/nats-server/"}
+
+func TestBrokerLinksNoPeer(t *testing.T) {
+	t.Parallel()
+	links := func(pkg, peer string) bool {
+		out, err := exec.Command("go", "list", "-deps", module+pkg).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		for dep := range strings.FieldsSeq(string(out)) {
+			if strings.HasPrefix(dep, peer) {
+				return true
+			}
+		}
+		return false
+	}
+	// The check sees a peer where one is linked: bench/compare runs River.
+	require.True(t, links("bench/compare", peerModules[0]), "bench/compare should link River")
+	for _, peer := range peerModules {
+		require.False(t, links("cmd/regina", peer), "the broker (cmd/regina) links %s: peers are for bench/compare only", peer)
+	}
+}
