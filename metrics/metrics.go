@@ -74,6 +74,9 @@ type Metrics struct {
 	unresolvable *prometheus.CounterVec
 	retention    *prometheus.CounterVec
 	retPasses    *prometheus.CounterVec
+	undelivered  prometheus.Counter
+	connRefused  *prometheus.CounterVec
+	connsOpen    prometheus.Gauge
 
 	bound  sync.Map // queue label -> *Queue
 	source atomic.Pointer[func() Snapshot]
@@ -136,12 +139,26 @@ func New(cfg Config) *Metrics {
 			Name: "regina_retention_passes_total",
 			Help: "Retention passes, by result (ok, error).",
 		}, []string{"result"}),
+		undelivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "regina_pop_undelivered_total",
+			Help: "Pop answers that did not reach their client (gone before the answer was written, or the " +
+				"write failed): their lease was released at once and no autoAck was applied.",
+		}),
+		connRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "regina_connections_refused_total",
+			Help: "Connections closed as soon as accepted, by reason (max_connections, max_connections_per_ip), " +
+				"and failed accepts (accept_error: too many open files and the like; the listener backs off).",
+		}, []string{"reason"}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "regina_connections_open",
+			Help: "Client connections open on the API port (each holds a file descriptor).",
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.httpRequests, m.httpSeconds, m.batchItems, m.pushSeconds, m.verdicts, m.mismatches, m.retryAge,
-		m.unresolvable, m.retention, m.retPasses,
+		m.unresolvable, m.retention, m.retPasses, m.undelivered, m.connRefused, m.connsOpen,
 		&snapshotCollector{m: m},
 	)
 	for _, t := range []string{"log_txns", "segments"} {
@@ -150,8 +167,29 @@ func New(cfg Config) *Metrics {
 	for _, r := range []string{"ok", "error"} {
 		m.retPasses.WithLabelValues(r)
 	}
+	for _, r := range []string{ConnMaxConnections, ConnMaxPerIP, ConnAcceptError} {
+		m.connRefused.WithLabelValues(r)
+	}
 	return m
 }
+
+// Reason label values of regina_connections_refused_total.
+const (
+	ConnMaxConnections = "max_connections"
+	ConnMaxPerIP       = "max_connections_per_ip"
+	ConnAcceptError    = "accept_error"
+)
+
+// PopUndelivered counts one pop answer that did not reach its client.
+func (m *Metrics) PopUndelivered() { m.undelivered.Inc() }
+
+// ConnectionRefused counts one connection closed at accept, or one failed
+// accept, by reason (ConnMaxConnections, ConnMaxPerIP, ConnAcceptError).
+func (m *Metrics) ConnectionRefused(reason string) { m.connRefused.WithLabelValues(reason).Inc() }
+
+// ConnectionsOpen adds delta (1 accepted, -1 closed) to the open
+// connections.
+func (m *Metrics) ConnectionsOpen(delta int) { m.connsOpen.Add(float64(delta)) }
 
 // Registry returns the registry holding every metric.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }

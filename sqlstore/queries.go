@@ -38,6 +38,7 @@ type queries struct {
 	traces                                                                                                          traceQueries
 	streams                                                                                                         streamQueries
 	stats                                                                                                           statsQueries
+	delivery                                                                                                        deliveryQueries
 }
 
 const queueOptionColumns = `lease_time, retry_limit, retry_delay, max_size, ttl, priority,
@@ -171,6 +172,7 @@ func newQueries(schema string) queries {
 	q.traces = newTraceQueries(schema)
 	q.streams = newStreamQueries(schema)
 	q.stats = newStatsQueries(schema)
+	q.delivery = newDeliveryQueries(schema)
 	for _, p := range []*string{&q.ensurePartition, &q.pushSegment, &q.pushDups, &q.pushDupsSegments, &q.pushSegments, &q.configure, &q.deleteQueue,
 		&q.deletePartitions, &q.deleteSegments, &q.deleteLogTxns, &q.listQueues,
 		&q.deleteConsumers, &q.deleteDLQ, &q.deleteQueueGroups,

@@ -31,6 +31,11 @@ type Acker interface {
 	// ExtendLease returns the new expiry, whether the lease was extended,
 	// and (when not) whether it had expired rather than being unknown.
 	ExtendLease(ctx context.Context, leaseID partition.UUID, seconds int) (expires time.Time, ok, expired bool, err error)
+	// SettleDelivery ends the lease a pop took on partitions once its
+	// answer's fate is known: consumed moves the cursors past the leased
+	// messages (an autoAck answer that was written), otherwise the lease is
+	// released at once (see sqlstore.Store.SettleDelivery).
+	SettleDelivery(ctx context.Context, group string, partitions []partition.UUID, lease partition.UUID, consumed bool) error
 }
 
 // Transactor runs pushes and acks atomically.

@@ -9,30 +9,31 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// clientGoneEvery is how often a push still waiting for its verdict checks
-// whether its client's connection is gone. A push answered sooner is never
-// checked.
+// clientGoneEvery is how often a push still waiting for its verdict, or a
+// long poll still waiting for work, checks whether its client's connection
+// is gone. A request answered sooner is never checked.
 const clientGoneEvery = 100 * time.Millisecond
 
-// pushContext returns the context a push waits under and a stop function the
-// handler must call when the push has returned. The context carries ctx's
+// clientContext returns the context a push or a long poll waits under and
+// a stop function the handler must call when the wait has returned. The context carries ctx's
 // values and ends only when the client's connection is seen closed by its
 // peer (checked every clientGoneEvery while the push waits): fasthttp's own
 // RequestCtx never reports that, and ends only at shutdown, when every
 // waiting push must still get its verdict.
 //
-// When it ends, the pushes still in a mailbox are withdrawn (nothing of them
+// For a push: when it ends, the pushes still in a mailbox are withdrawn (nothing of them
 // is written; nobody is left to answer) and the ones already in a batch go on
 // to their verdict (see actor.Registry.Push). This is what keeps a retry
 // storm from filling PostgreSQL with work for clients that timed out and
-// resent.
+// resent. For a long poll: the wait ends, so no message is taken for a
+// client that is gone (see deliver for one taken just before).
 //
 // Detection is best effort: a connection that cannot be inspected (not a
 // socket), a client that pipelined another request behind this one, or a
 // TLS client that sent close_notify before closing is never seen closed; a
 // client that half-closes its sending side after the request is seen as
 // gone.
-func pushContext(ctx *fasthttp.RequestCtx) (context.Context, func()) {
+func clientContext(ctx *fasthttp.RequestCtx) (context.Context, func()) {
 	c, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w := &connWatch{conn: ctx.Conn(), cancel: cancel}
 	w.mu.Lock()

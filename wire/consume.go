@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -115,16 +116,37 @@ func (s *Server) handlePop(ctx *fasthttp.RequestCtx, queue, part string) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
+	// A long poll waits only while its client is there (watched): its
+	// context ends when the client is seen gone. Without a wait the pop
+	// runs under the request's own context.
+	popCtx, watched, stopWatch := context.Context(ctx), context.Background(), func() {}
+	if p.Wait > 0 {
+		watched, stopWatch = clientContext(ctx)
+		popCtx = watched
+	}
+	defer stopWatch()
 	var paused bool
-	if p.Wait, paused = s.popPaused(ctx, p.Wait); paused {
+	if p.Wait, paused = s.popPaused(ctx, watched, p.Wait); paused {
 		return
 	}
 	if p.Wait > 0 {
 		s.stats.parkedDelta(queue, 1)
 	}
-	res, err := s.b.Popper.Pop(ctx, p.Req, p.Wait)
+	// Every pop takes a lease, autoAck ones too: an autoAck is applied only
+	// once the answer was written (deliver), so that a client gone by then
+	// loses nothing.
+	req := p.Req
+	req.AutoAck = false
+	res, err := s.b.Popper.Pop(popCtx, req, p.Wait)
 	if p.Wait > 0 {
 		s.stats.parkedDelta(queue, -1)
+	}
+	if err != nil && watched.Err() != nil {
+		// The client left while the store was asked: nothing was taken
+		// (the pop's transaction did not commit) and nobody is listening.
+		ctx.SetConnectionClose()
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		return
 	}
 	if err != nil {
 		s.writeCoreError(ctx, err)
@@ -135,10 +157,20 @@ func (s *Server) handlePop(ctx *fasthttp.RequestCtx, queue, part string) {
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 		return
 	}
+	d := &delivery{group: p.Req.Group, lease: res.LeaseID, consume: p.Req.AutoAck,
+		partitions: make([]partition.UUID, len(res.Claimed))}
+	for i, c := range res.Claimed {
+		d.partitions[i] = c.ID
+	}
+	s.deliver(ctx, watched, d, popAnswer(queue, &p.Req, &res))
+}
+
+// popAnswer is the body of a pop's 200 answer.
+func popAnswer(queue string, req *reginatype.PopRequest, res *reginatype.PopResult) []byte {
 	b := make([]byte, 0, 256+len(res.Messages)*300)
 	first := res.Claimed[0]
 	lease := ""
-	if !p.Req.AutoAck {
+	if !req.AutoAck {
 		lease = res.LeaseID.String()
 	}
 	b = append(b, `{"success":true,"queue":`...)
@@ -150,7 +182,7 @@ func (s *Server) handlePop(ctx *fasthttp.RequestCtx, queue, part string) {
 	b = append(b, `","leaseId":`...)
 	b = appendString(b, lease)
 	b = append(b, `,"consumerGroup":`...)
-	b = appendString(b, p.Req.Group)
+	b = appendString(b, req.Group)
 	b = append(b, `,"partitionsClaimed":`...)
 	b = appendInt(b, int64(len(res.Claimed)))
 	b = append(b, `,"messages":[`...)
@@ -186,11 +218,10 @@ func (s *Server) handlePop(ctx *fasthttp.RequestCtx, queue, part string) {
 		b = append(b, `","leaseId":`...)
 		b = appendString(b, lease)
 		b = append(b, `,"consumerGroup":`...)
-		b = appendString(b, p.Req.Group)
+		b = appendString(b, req.Group)
 		b = append(b, '}')
 	}
-	b = append(b, "]}"...)
-	writeRaw(ctx, fasthttp.StatusOK, b)
+	return append(b, "]}"...)
 }
 
 type rawAck struct {

@@ -48,7 +48,7 @@ func refusePushForMaintenance(ctx *fasthttp.RequestCtx) {
 // answers 204 at once; with one it holds the request until the switch is
 // turned off (and then returns the wait left, for a normal pop) or the wait
 // ends (204). done is true when the pop was answered.
-func (s *Server) popPaused(ctx *fasthttp.RequestCtx, wait time.Duration) (left time.Duration, done bool) {
+func (s *Server) popPaused(ctx *fasthttp.RequestCtx, waited context.Context, wait time.Duration) (left time.Duration, done bool) {
 	if !s.b.Maintenance.Current().Pop {
 		return wait, false
 	}
@@ -71,6 +71,7 @@ func (s *Server) popPaused(ctx *fasthttp.RequestCtx, wait time.Duration) (left t
 		case <-changed:
 			continue
 		case <-timer.C:
+		case <-waited.Done(): // the client is gone
 		case <-ctx.Done(): // the server is shutting down
 		}
 		break

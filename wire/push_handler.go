@@ -30,7 +30,7 @@ func (s *Server) handlePush(ctx *fasthttp.RequestCtx) {
 	groups, refs := groupPush(items, producerSub(ctx))
 	// Not ctx itself: it is done at shutdown, which must answer every push
 	// already waiting with its verdict. pctx ends when the client is gone.
-	pctx, stop := pushContext(ctx)
+	pctx, stop := clientContext(ctx)
 	s.b.Pusher.Push(pctx, groups)
 	stop()
 	s.countPush(groups)

@@ -54,6 +54,12 @@ type Config struct {
 	// EncryptionKey tells whether the broker has QUEEN_ENCRYPTION_KEY
 	// (configure's encryptionActive, and its warning without one).
 	EncryptionKey bool
+	// MaxConns bounds the connections served at once (0: no bound); one
+	// over it is closed as soon as accepted.
+	MaxConns int
+	// MaxConnsPerIP bounds the connections served at once from one client
+	// address (0: no bound).
+	MaxConnsPerIP int
 	// Auth checks every routed request against its route's Role; nil (or
 	// an Authenticator with auth off) serves every route to anyone.
 	Auth *auth.Authenticator
@@ -123,6 +129,7 @@ func NewStarting(cfg Config) *Server {
 		NoDefaultServerHeader:         false,
 		ErrorHandler:                  s.handleReadError,
 		Logger:                        fasthttpLogger{s.log},
+		ConnState:                     s.connState,
 	}
 	return s
 }
@@ -143,8 +150,13 @@ func (s *Server) SetStartError(err error) {
 	s.startErr.Store(&msg)
 }
 
-// Serve accepts connections on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+// Serve accepts connections on ln until Shutdown. A failed accept (too many
+// open files) is retried after a backoff, never the end of serving;
+// connections over Config.MaxConns or Config.MaxConnsPerIP are closed as
+// soon as accepted.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(newListener(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerIP, s.log, s.metrics))
+}
 
 // Shutdown stops accepting connections and waits for open requests to finish
 // (or ctx to end).
