@@ -159,8 +159,17 @@ func (s *Server) handleDedupExplain(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
 	k := reginatype.ExplainKey{Queue: string(args.Peek("queue")), Partition: string(args.Peek("partition")),
 		TransactionID: string(args.Peek("transactionId"))}
-	if k.Queue == "" || k.Partition == "" || k.TransactionID == "" {
-		writeError(ctx, fasthttp.StatusBadRequest, "queue, partition and transactionId are required")
+	if k.Queue == "" || k.TransactionID == "" {
+		writeError(ctx, fasthttp.StatusBadRequest, "queue and transactionId are required")
+		return
+	}
+	// What a push of this item would be refused for, explain refuses too
+	// (the same 400 and text); a missing partition is Default, as in a push.
+	if k.Partition == "" {
+		k.Partition = reginatype.DefaultPartition
+	}
+	if err := checkExplainKey(k); err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
 	if args.Has("payload") {
@@ -242,15 +251,18 @@ func DecodeLookup(body []byte) ([]reginatype.ExplainKey, error) {
 		if kindOf(r.Queue) != kindString {
 			return nil, bad("queue must be a string")
 		}
-		if keys[i].Queue, err = rawString(r.Queue); err != nil || keys[i].Queue == "" {
-			return nil, bad("queue must be a non-empty string")
+		if keys[i].Queue, err = rawString(r.Queue); err != nil {
+			return nil, bad("queue must be a string")
 		}
 		switch kindOf(r.Partition) {
 		case kindMissing, kindNull:
-			keys[i].Partition = "Default"
+			keys[i].Partition = reginatype.DefaultPartition
 		case kindString:
-			if keys[i].Partition, err = rawString(r.Partition); err != nil || keys[i].Partition == "" {
-				return nil, bad("partition must be a non-empty string")
+			if keys[i].Partition, err = rawString(r.Partition); err != nil {
+				return nil, bad("partition must be a string")
+			}
+			if keys[i].Partition == "" {
+				keys[i].Partition = reginatype.DefaultPartition
 			}
 		default:
 			return nil, bad("partition must be a string")
@@ -261,14 +273,26 @@ func DecodeLookup(body []byte) ([]reginatype.ExplainKey, error) {
 		if keys[i].TransactionID, err = rawString(r.TransactionID); err != nil || keys[i].TransactionID == "" {
 			return nil, bad("transactionId must be a non-empty string")
 		}
-		if len(keys[i].TransactionID) > partition.MaxTxIDLen {
-			return nil, bad("transactionId is longer than 255 bytes")
+		if err := checkExplainKey(keys[i]); err != nil {
+			return nil, bad(err.Error())
 		}
 		if kindOf(r.Payload) != kindMissing {
 			keys[i].Payload = r.Payload
 		}
 	}
 	return keys, nil
+}
+
+// checkExplainKey refuses what a push would refuse in a key: a queue or
+// partition name, or a transactionId, that breaks the push's rules.
+func checkExplainKey(k reginatype.ExplainKey) error {
+	if err := checkName("queue", k.Queue); err != nil {
+		return err
+	}
+	if err := checkName("partition", k.Partition); err != nil {
+		return err
+	}
+	return checkTransactionID(k.TransactionID)
 }
 
 // handleDedupLookup serves POST /api/v1/dedup/lookup

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/segmentio/encoding/json"
@@ -57,8 +58,16 @@ func checkBody(b []byte) error {
 	return nil
 }
 
-// invalidJSON formats a decoder error the way Queen does.
-func invalidJSON(err error) error { return errors.New("Invalid JSON: " + err.Error()) }
+// invalidJSON formats a decoder error the way Queen does ("Invalid JSON: "
+// and the reason). The decoder's own "json: " prefix is dropped, and so is the
+// ": " it ends a syntax error with when no input is left to quote.
+func invalidJSON(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if rest, ok := strings.CutSuffix(msg, ": "); ok {
+		msg = rest + " (at the end of the body)"
+	}
+	return errors.New("Invalid JSON: " + msg)
+}
 
 // rawKind classifies a raw JSON value by its first byte.
 type rawKind uint8

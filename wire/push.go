@@ -59,7 +59,7 @@ func DecodePush(body []byte) ([]PushItem, error) {
 	}
 	var raws []rawPushItem
 	if err := unmarshal(top.Items, &raws); err != nil {
-		return nil, fmt.Errorf("Each item must be an object: %w", err)
+		return nil, errors.New("Each item must be an object")
 	}
 	items := make([]PushItem, len(raws))
 	for i := range raws {
@@ -73,29 +73,29 @@ func DecodePush(body []byte) ([]PushItem, error) {
 func decodeItem(r *rawPushItem, it *PushItem) error {
 	var err error
 	if kindOf(r.Queue) != kindString {
-		return errors.New("Queue must be a string")
+		return errors.New("queue must be a string")
 	}
 	if it.Queue, err = rawString(r.Queue); err != nil {
-		return errors.New("Queue must be a string")
+		return errors.New("queue must be a string")
 	}
-	if err := checkName("Queue", it.Queue); err != nil {
+	if err := checkName("queue", it.Queue); err != nil {
 		return err
 	}
 	switch kindOf(r.Partition) {
 	case kindMissing, kindNull:
-		it.Partition = "Default"
+		it.Partition = reginatype.DefaultPartition
 	case kindString:
 		if it.Partition, err = rawString(r.Partition); err != nil {
-			return errors.New("Partition must be a string")
+			return errors.New("partition must be a string")
 		}
 		if it.Partition == "" {
-			it.Partition = "Default"
+			it.Partition = reginatype.DefaultPartition
 		}
-		if err := checkName("Partition", it.Partition); err != nil {
+		if err := checkName("partition", it.Partition); err != nil {
 			return err
 		}
 	default:
-		return errors.New("Partition must be a string")
+		return errors.New("partition must be a string")
 	}
 	switch kindOf(r.TransactionID) {
 	case kindMissing, kindNull:
@@ -103,36 +103,33 @@ func decodeItem(r *rawPushItem, it *PushItem) error {
 		it.Minted = true
 	case kindString:
 		if it.TransactionID, err = rawString(r.TransactionID); err != nil {
-			return errors.New("TransactionId must be a string")
+			return errors.New("transactionId must be a string")
 		}
 		if it.TransactionID == "" {
 			it.TransactionID = partition.NewV7().String()
 			it.Minted = true
 		}
-		if len(it.TransactionID) > partition.MaxTxIDLen {
-			return fmt.Errorf("TransactionId must be at most %d bytes (got %d)", partition.MaxTxIDLen, len(it.TransactionID))
-		}
-		if !utf8.ValidString(it.TransactionID) {
-			return errors.New("TransactionId must be valid UTF-8")
+		if err := checkTransactionID(it.TransactionID); err != nil {
+			return err
 		}
 	default:
-		return errors.New("TransactionId must be a string")
+		return errors.New("transactionId must be a string")
 	}
 	switch kindOf(r.TraceID) {
 	case kindMissing, kindNull:
 	case kindString:
 		s, err := rawString(r.TraceID)
 		if err != nil {
-			return errors.New("TraceId must be a string")
+			return errors.New("traceId must be a string")
 		}
 		if s != "" {
 			if it.TraceID, err = partition.ParseUUID(s); err != nil {
-				return fmt.Errorf("TraceId must be a UUID (got %q)", truncate(s, 64))
+				return fmt.Errorf("traceId must be a UUID (got %q)", truncate(s, 64))
 			}
 			it.HasTrace = true
 		}
 	default:
-		return errors.New("TraceId must be a string")
+		return errors.New("traceId must be a string")
 	}
 	if kindOf(r.Payload) == kindMissing {
 		it.Payload = nullPayload
@@ -142,6 +139,20 @@ func decodeItem(r *rawPushItem, it *PushItem) error {
 	return nil
 }
 
+// checkTransactionID is the rule a producer's transactionId must meet: at
+// most partition.MaxTxIDLen bytes of UTF-8. Push, explain and lookup share it.
+func checkTransactionID(id string) error {
+	if len(id) > partition.MaxTxIDLen {
+		return fmt.Errorf("transactionId must be at most %d bytes (got %d)", partition.MaxTxIDLen, len(id))
+	}
+	if !utf8.ValidString(id) {
+		return errors.New("transactionId must be valid UTF-8")
+	}
+	return nil
+}
+
+// checkName is the rule for a queue or partition name (what names the field
+// as clients send it).
 func checkName(what, s string) error {
 	switch {
 	case s == "":

@@ -133,10 +133,26 @@ type Config struct {
 	connectRetryMax time.Duration
 }
 
-// setting is one configuration entry: its variable, its flag, its default
-// (the one place defaults live), and how to read and check it.
+// The groups of settings, in the order the help (regina -h) lists them.
+const (
+	groupServer        = "Server"
+	groupDatabase      = "Database"
+	groupDedup         = "Dedup and cache"
+	groupConsumers     = "Consumers"
+	groupAuth          = "Auth"
+	groupEncryption    = "Encryption"
+	groupLimits        = "Limits"
+	groupObservability = "Observability"
+)
+
+var groupOrder = []string{groupServer, groupDatabase, groupDedup, groupConsumers, groupAuth, groupEncryption,
+	groupLimits, groupObservability}
+
+// setting is one configuration entry: its variable, its flag, its group in
+// the help, its default (the one place defaults live), one line of help, and
+// how to read and check it.
 type setting struct {
-	env, flag, def, help string
+	env, flag, group, def, help string
 	// field points at the Config field: *string, *int, *bool or
 	// *time.Duration (read as whole milliseconds).
 	field func(*Config) any
@@ -152,46 +168,46 @@ type setting struct {
 }
 
 var settings = []setting{
-	{env: "HOST", flag: "host", def: "0.0.0.0", help: "address to listen on",
+	{env: "HOST", group: groupServer, flag: "host", def: "0.0.0.0", help: "address to listen on",
 		field: func(c *Config) any { return &c.Host }},
-	{env: "PORT", flag: "port", def: "6632", help: "HTTP port (0 picks a free one)", max: 65535, zeroIsValue: true,
+	{env: "PORT", group: groupServer, flag: "port", def: "6632", help: "HTTP port (0 picks a free one)", max: 65535, zeroIsValue: true,
 		field: func(c *Config) any { return &c.Port }},
-	{env: "DATABASE_URL", flag: "database-url", help: "PostgreSQL connection string; when empty it is built from PG_*",
+	{env: "DATABASE_URL", group: groupDatabase, flag: "database-url", help: "PostgreSQL connection string; when empty it is built from PG_*",
 		field: func(c *Config) any { return &c.DatabaseURL }, check: checkDatabaseURL},
-	{env: "QUEEN_SCHEMA", flag: "schema", def: "queen", help: "PostgreSQL schema holding Regina's tables",
+	{env: "QUEEN_SCHEMA", group: groupDatabase, flag: "schema", def: "queen", help: "PostgreSQL schema holding Regina's tables",
 		field: func(c *Config) any { return &c.Schema }, check: func(c *Config) error {
 			if c.Schema == "" || strings.ContainsAny(c.Schema, "\"\x00") {
 				return fmt.Errorf("%q is not a usable schema name", c.Schema)
 			}
 			return nil
 		}},
-	{env: "DB_POOL_SIZE", flag: "db-pool-size", def: "16", help: "PostgreSQL connections", min: 1,
+	{env: "DB_POOL_SIZE", group: groupDatabase, flag: "db-pool-size", def: "16", help: "PostgreSQL connections", min: 1,
 		field: func(c *Config) any { return &c.PoolSize }},
-	{env: "DB_STATEMENT_TIMEOUT", flag: "db-statement-timeout", def: "30000", zeroIsValue: true,
+	{env: "DB_STATEMENT_TIMEOUT", group: groupDatabase, flag: "db-statement-timeout", def: "30000", zeroIsValue: true,
 		help: "statement timeout in ms (0 = server default)", field: func(c *Config) any { return &c.StatementTimeout }},
-	{env: "RETENTION_INTERVAL", flag: "retention-interval", def: "300000", help: "retention pass interval in ms", min: 1,
+	{env: "RETENTION_INTERVAL", group: groupDatabase, flag: "retention-interval", def: "300000", help: "retention pass interval in ms", min: 1,
 		field: func(c *Config) any { return &c.RetentionInterval }},
-	{env: "RETENTION_BATCH_SIZE", flag: "retention-batch-size", def: "1000", help: "rows deleted per retention step",
+	{env: "RETENTION_BATCH_SIZE", group: groupDatabase, flag: "retention-batch-size", def: "1000", help: "rows deleted per retention step",
 		min: 1, field: func(c *Config) any { return &c.RetentionBatchSize }},
-	{env: "METRICS_SAMPLE_INTERVAL_MS", flag: "metrics-sample-interval", def: "1000",
+	{env: "METRICS_SAMPLE_INTERVAL_MS", group: groupObservability, flag: "metrics-sample-interval", def: "1000",
 		help: "ms between process samples (CPU, memory, pool) for the analytics", min: 100,
 		field: func(c *Config) any { return &c.MetricsSampleInterval }},
-	{env: "METRICS_AGGREGATE_INTERVAL_S", flag: "metrics-aggregate-interval", def: "60",
+	{env: "METRICS_AGGREGATE_INTERVAL_S", group: groupObservability, flag: "metrics-aggregate-interval", def: "60",
 		help: "seconds between writes of the status and analytics counters", min: 1,
 		field: func(c *Config) any { return &c.MetricsAggregateSeconds }},
-	{env: "METRICS_RETENTION_DAYS", flag: "metrics-retention-days", def: "90",
+	{env: "METRICS_RETENTION_DAYS", group: groupObservability, flag: "metrics-retention-days", def: "90",
 		help: "days the status and analytics counters are kept", min: 1,
 		field: func(c *Config) any { return &c.MetricsRetentionDays }},
-	{env: "EVICTION_INTERVAL", flag: "eviction-interval", def: "60000",
+	{env: "EVICTION_INTERVAL", group: groupConsumers, flag: "eviction-interval", def: "60000",
 		help: "ms between maxWaitTimeSeconds eviction passes", min: 1,
 		field: func(c *Config) any { return &c.EvictionInterval }},
-	{env: "EVICTION_BATCH_SIZE", flag: "eviction-batch-size", def: "1000",
+	{env: "EVICTION_BATCH_SIZE", group: groupConsumers, flag: "eviction-batch-size", def: "1000",
 		help: "messages an eviction pass deletes at most (and segments per DELETE)", min: 1,
 		field: func(c *Config) any { return &c.EvictionBatchSize }},
-	{env: "RETENTION_SIDECAR_MIN_SECONDS", flag: "retention-sidecar-min-seconds", def: "900",
+	{env: "RETENTION_SIDECAR_MIN_SECONDS", group: groupDedup, flag: "retention-sidecar-min-seconds", def: "900",
 		help: "keep every segment's hashes at least this long (acks resolve through them)", min: 1,
 		field: func(c *Config) any { return &c.RetentionSidecarMinSeconds }},
-	{env: "RETENTION_SIDECAR_CHILD_SECONDS", flag: "retention-sidecar-child-seconds", def: "0", zeroIsValue: true,
+	{env: "RETENTION_SIDECAR_CHILD_SECONDS", group: groupDedup, flag: "retention-sidecar-child-seconds", def: "0", zeroIsValue: true,
 		help: "time slice of one child of the hash sidecar (dropped whole once every window has passed it); " +
 			"0 = chosen from the longest window (300 s for one hour, 3600 s for a day)",
 		field: func(c *Config) any { return &c.RetentionSidecarChildSeconds }, check: func(c *Config) error {
@@ -201,72 +217,156 @@ var settings = []setting{
 			}
 			return nil
 		}},
-	{env: "MAINTENANCE_REFRESH", flag: "maintenance-refresh", def: "1000",
+	{env: "MAINTENANCE_REFRESH", group: groupServer, flag: "maintenance-refresh", def: "1000",
 		help: "ms between reads of the maintenance switches (set through another broker)", min: 1,
 		field: func(c *Config) any { return &c.MaintenanceRefresh }},
-	{env: "QUEEN_DEDUP_CACHE", flag: "dedup-cache", def: "true", help: "in-window hash cache on or off",
+	{env: "QUEEN_DEDUP_CACHE", group: groupDedup, flag: "dedup-cache", def: "true", help: "in-window hash cache on or off",
 		zeroIsValue: true, field: func(c *Config) any { return &c.DedupCache }},
-	{env: "QUEEN_DEDUP_CACHE_MB", flag: "dedup-cache-mb", def: "512", help: "hash cache memory budget in MiB", min: 1,
+	{env: "QUEEN_DEDUP_CACHE_MB", group: groupDedup, flag: "dedup-cache-mb", def: "512", help: "hash cache memory budget in MiB", min: 1,
 		field: func(c *Config) any { return &c.DedupCacheMB }},
-	{env: "MEMORY_LIMIT_MB", flag: "memory-limit-mb", def: "0", zeroIsValue: true,
+	{env: "MEMORY_LIMIT_MB", group: groupDedup, flag: "memory-limit-mb", def: "0", zeroIsValue: true,
 		help: "Go memory limit in MiB; 0 = the dedup cache budget + " + strconv.Itoa(memoryOverheadMB) +
 			" MiB (GOMEMLIMIT, when set, wins)",
 		field: func(c *Config) any { return &c.MemoryLimitMB }},
-	{env: "MAILBOX_MAX_ITEMS", flag: "mailbox-max-items", def: "10000", help: "items waiting per partition before 503",
+	{env: "MAILBOX_MAX_ITEMS", group: groupLimits, flag: "mailbox-max-items", def: "10000", help: "items waiting per partition before 503",
 		min: 1, field: func(c *Config) any { return &c.MailboxMaxItems }},
-	{env: "MAILBOX_MAX_BYTES", flag: "mailbox-max-bytes", def: "67108864",
+	{env: "MAILBOX_MAX_BYTES", group: groupLimits, flag: "mailbox-max-bytes", def: "67108864",
 		help: "payload bytes waiting per partition before 503", min: 1,
 		field: func(c *Config) any { return &c.MailboxMaxBytes }},
-	{env: "BATCH_MAX_ITEMS", flag: "batch-max-items", def: "1000", help: "items per push transaction", min: 1,
+	{env: "BATCH_MAX_ITEMS", group: groupLimits, flag: "batch-max-items", def: "1000", help: "items per push transaction", min: 1,
 		field: func(c *Config) any { return &c.BatchMaxItems }},
-	{env: "BATCH_MAX_BYTES", flag: "batch-max-bytes", def: "8388608", help: "payload bytes per push transaction", min: 1,
+	{env: "BATCH_MAX_BYTES", group: groupLimits, flag: "batch-max-bytes", def: "8388608", help: "payload bytes per push transaction", min: 1,
 		field: func(c *Config) any { return &c.BatchMaxBytes }},
-	{env: "PUSH_SHAPE", flag: "push-shape", def: "packed",
+	{env: "PUSH_SHAPE", group: groupDatabase, flag: "push-shape", def: "packed",
 		help:  "how ready batches of several partitions reach PostgreSQL: packed (one transaction), pipelined (one round trip, a transaction each) or single",
 		oneOf: []string{"packed", "pipelined", "single"}, field: func(c *Config) any { return &c.PushShape }},
-	{env: "PUSH_PACK_SENDERS", flag: "push-pack-senders", def: "4",
+	{env: "PUSH_PACK_SENDERS", group: groupDatabase, flag: "push-pack-senders", def: "4",
 		help: "packed push transactions in flight at once (batches ready meanwhile share the next one)", min: 1,
 		field: func(c *Config) any { return &c.PackSenders }},
-	{env: "PUSH_PACK_MAX_PARTITIONS", flag: "push-pack-max-partitions", def: "32",
+	{env: "PUSH_PACK_MAX_PARTITIONS", group: groupDatabase, flag: "push-pack-max-partitions", def: "32",
 		help: "partitions per packed push transaction", min: 1, field: func(c *Config) any { return &c.PackMaxPartitions }},
-	{env: "PUSH_PACK_WAIT_US", flag: "push-pack-wait-us", def: "0", zeroIsValue: true,
+	{env: "PUSH_PACK_WAIT_US", group: groupDatabase, flag: "push-pack-wait-us", def: "0", zeroIsValue: true,
 		help:  "microseconds a packed sender waits for more batches (0: never, a lone batch goes at once)",
 		field: func(c *Config) any { return &c.PackWaitMicros }},
-	{env: "ACTOR_IDLE_TIMEOUT", flag: "actor-idle-timeout", def: "30000",
+	{env: "ACTOR_IDLE_TIMEOUT", group: groupServer, flag: "actor-idle-timeout", def: "30000",
 		help: "ms before an idle partition actor retires", min: 1, field: func(c *Config) any { return &c.ActorIdle }},
-	{env: "MAX_BODY_BYTES", flag: "max-body-bytes", def: "67108864", help: "largest request body; larger gets 413",
+	{env: "MAX_BODY_BYTES", group: groupLimits, flag: "max-body-bytes", def: "67108864", help: "largest request body; larger gets 413",
 		min: 1024, field: func(c *Config) any { return &c.MaxBodyBytes }},
-	{env: "HTTP_READ_TIMEOUT", flag: "http-read-timeout", def: "60000",
+	{env: "HTTP_READ_TIMEOUT", group: groupLimits, flag: "http-read-timeout", def: "60000",
 		help: "ms to read one request (headers and body); slow clients are cut off", min: 1,
 		field: func(c *Config) any { return &c.ReadTimeout }},
-	{env: "HTTP_IDLE_TIMEOUT", flag: "http-idle-timeout", def: "120000",
+	{env: "HTTP_IDLE_TIMEOUT", group: groupLimits, flag: "http-idle-timeout", def: "120000",
 		help: "ms before an idle keep-alive connection is closed", min: 1,
 		field: func(c *Config) any { return &c.IdleTimeout }},
-	{env: "SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "30000", help: "ms to drain on SIGTERM",
+	{env: "SHUTDOWN_TIMEOUT", group: groupServer, flag: "shutdown-timeout", def: "30000", help: "ms to drain on SIGTERM",
 		zeroIsValue: true, field: func(c *Config) any { return &c.ShutdownTimeout }},
-	{env: "DEFAULT_SUBSCRIPTION_MODE", flag: "default-subscription-mode", zeroIsValue: true,
+	{env: "DEFAULT_SUBSCRIPTION_MODE", group: groupConsumers, flag: "default-subscription-mode", zeroIsValue: true,
 		help:  "subscriptionMode of a pop that names none: all, from_beginning, new or new-only (empty = all)",
 		field: func(c *Config) any { return &c.DefaultSubscriptionMode }, check: func(c *Config) error {
 			_, err := wire.SubscriptionSkipsHistory(c.DefaultSubscriptionMode)
 			return err
 		}},
-	{env: "LOG_LEVEL", flag: "log-level", def: "info", help: "debug, info, warn or error",
+	{env: "LOG_LEVEL", group: groupObservability, flag: "log-level", def: "info", help: "debug, info, warn or error",
 		oneOf: []string{"debug", "info", "warn", "error"}, field: func(c *Config) any { return &c.LogLevel }},
-	{env: "PPROF_ADDR", flag: "pprof-addr", zeroIsValue: true,
+	{env: "PPROF_ADDR", group: groupObservability, flag: "pprof-addr", zeroIsValue: true,
 		help:  "serve Go profiling (net/http/pprof) on this address, e.g. 127.0.0.1:6060; empty = off",
 		field: func(c *Config) any { return &c.PprofAddr }},
-	{env: "LOG_FORMAT", flag: "log-format", def: "auto", help: "json, console or auto (console on a terminal)",
+	{env: "LOG_FORMAT", group: groupObservability, flag: "log-format", def: "auto", help: "json, console or auto (console on a terminal)",
 		oneOf: []string{"auto", "json", "console"}, field: func(c *Config) any { return &c.LogFormat }},
 }
 
 // pgVars are the upstream-compatible parts of the database URL, used when
-// DATABASE_URL is empty.
-var pgVars = []struct{ env, flag, def string }{
-	{"PG_HOST", "pg-host", "127.0.0.1"},
-	{"PG_PORT", "pg-port", "5432"},
-	{"PG_USER", "pg-user", "postgres"},
-	{"PG_PASSWORD", "pg-password", ""},
-	{"PG_DB", "pg-db", "postgres"},
+// DATABASE_URL is empty (they have no Config field of their own).
+var pgVars = []struct{ env, flag, typ, def, help string }{
+	{"PG_HOST", "pg-host", "string", "127.0.0.1", "server host, when DATABASE_URL is empty"},
+	{"PG_PORT", "pg-port", "int", "5432", "server port, when DATABASE_URL is empty"},
+	{"PG_USER", "pg-user", "string", "postgres", "user, when DATABASE_URL is empty"},
+	{"PG_PASSWORD", "pg-password", "string", "", "password, when DATABASE_URL is empty"},
+	{"PG_DB", "pg-db", "string", "postgres", "database, when DATABASE_URL is empty"},
+}
+
+// encryptionHelp is the help line of QUEEN_ENCRYPTION_KEY (crypt.KeyEnv).
+const encryptionHelp = "64 hex characters (a 32-byte AES-256-GCM key) encrypting payloads at rest; empty: no encryption"
+
+// typeName is the kind of value the setting takes, as the help shows it.
+func (s *setting) typeName() string {
+	switch s.field(&Config{}).(type) {
+	case *int:
+		return "int"
+	case *bool:
+		return "bool"
+	case *time.Duration:
+		return "ms"
+	}
+	return "string"
+}
+
+// helpEntry is one line pair of the help: "-flag type (ENV, default d)" or,
+// for a variable without a flag, "ENV type (default d)", then the help.
+type helpEntry struct{ flag, typ, env, def, help string }
+
+func (e helpEntry) write(w io.Writer) {
+	var head string
+	switch {
+	case e.flag != "" && e.def != "":
+		head = fmt.Sprintf("-%s %s (%s, default %s)", e.flag, e.typ, e.env, e.def)
+	case e.flag != "":
+		head = fmt.Sprintf("-%s %s (%s)", e.flag, e.typ, e.env)
+	case e.def != "":
+		head = fmt.Sprintf("%s %s (default %s)", e.env, e.typ, e.def)
+	default:
+		head = e.env + " " + e.typ
+	}
+	fmt.Fprintf(w, "  %s\n      %s\n", head, e.help)
+}
+
+// helpEntries are every setting the broker reads, by group: the settings
+// table, the PG_* parts of the database URL, the JWT_* variables
+// (auth.Settings) and the encryption key. Variables without a flag (secrets:
+// they would show in process listings) have an empty flag.
+func helpEntries() map[string][]helpEntry {
+	by := make(map[string][]helpEntry)
+	for i := range settings {
+		s := &settings[i]
+		by[s.group] = append(by[s.group], helpEntry{s.flag, s.typeName(), s.env, s.def, s.help})
+		if s.env == "DATABASE_URL" {
+			for _, p := range pgVars {
+				by[s.group] = append(by[s.group], helpEntry{p.flag, p.typ, p.env, p.def, p.help})
+			}
+		}
+	}
+	for _, a := range auth.Settings {
+		by[groupAuth] = append(by[groupAuth], helpEntry{"", a.Type, a.Env, a.Default, a.Help})
+	}
+	by[groupEncryption] = append(by[groupEncryption], helpEntry{"", "string", crypt.KeyEnv, "", encryptionHelp})
+	return by
+}
+
+// writeHelp writes regina -h: every setting, grouped, each with its type,
+// default, variable and one line.
+func writeHelp(w io.Writer) {
+	fmt.Fprint(w, `Usage: regina [flags]
+
+Regina serves the Queen MQ HTTP API on PostgreSQL. Every setting below is an
+environment variable; most are also a flag (-port 8080 or -port=8080), and a
+flag wins over its variable. An empty variable is unset; an unset setting
+takes its default. Type ms is a whole number of milliseconds. Invalid values
+are all reported at start, each naming its variable, and the broker exits.
+`)
+	by := helpEntries()
+	for _, g := range groupOrder {
+		fmt.Fprintf(w, "\n%s", g)
+		switch g {
+		case groupAuth, groupEncryption:
+			fmt.Fprint(w, " (variables only: secrets stay out of process listings)")
+		}
+		fmt.Fprintln(w, ":")
+		for _, e := range by[g] {
+			e.write(w)
+		}
+	}
+	fmt.Fprintln(w, "\nGOMEMLIMIT, when set, is Go's memory limit and wins over MEMORY_LIMIT_MB. The PostgreSQL driver\n"+
+		"(pgx) also reads the libpq variables (PGSSLMODE, PGPASSFILE, PGTARGETSESSIONATTRS, ...).")
 }
 
 // parse reads v into the setting's field; the only error is a value of the
@@ -432,14 +532,23 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	var c Config
 	fs := flag.NewFlagSet("regina", flag.ContinueOnError)
 	fs.SetOutput(usage)
+	// Every flag is read as text: parse gives it its type and reports a bad
+	// value with the variable's name, as for the environment. -h prints
+	// writeHelp; a bad flag, its error and a pointer to -h.
+	fs.Usage = func() {}
 	flagVals := make(map[string]*string)
 	for _, s := range settings {
-		flagVals[s.flag] = fs.String(s.flag, "", fmt.Sprintf("%s (env %s, default %q)", s.help, s.env, s.def))
+		flagVals[s.flag] = fs.String(s.flag, "", s.help)
 	}
 	for _, p := range pgVars {
-		flagVals[p.flag] = fs.String(p.flag, "", fmt.Sprintf("used when DATABASE_URL is empty (env %s, default %q)", p.env, p.def))
+		flagVals[p.flag] = fs.String(p.flag, "", p.help)
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeHelp(usage)
+		} else {
+			fmt.Fprintln(usage, "regina -h lists every setting")
+		}
 		return c, err
 	}
 	if fs.NArg() > 0 {

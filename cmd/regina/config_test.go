@@ -346,7 +346,7 @@ func TestLoadConfigBadArguments(t *testing.T) {
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.msg)
 			if tc.usage {
-				require.Contains(t, usage.String(), "-database-url")
+				require.Contains(t, usage.String(), "regina -h lists every setting")
 			}
 		})
 	}
@@ -356,7 +356,8 @@ func TestLoadConfigBadArguments(t *testing.T) {
 		var usage bytes.Buffer
 		_, err := LoadConfig([]string{"-h"}, configTestEnv(nil), &usage)
 		require.ErrorIs(t, err, flag.ErrHelp)
-		for _, want := range []string{"-port", "env PORT", "-dedup-cache-mb", "env QUEEN_DEDUP_CACHE_MB", "-pg-password"} {
+		for _, want := range []string{"-port int (PORT, default 6632)", "-dedup-cache-mb int (QUEEN_DEDUP_CACHE_MB, default 512)",
+			"-pg-password string (PG_PASSWORD)"} {
 			require.Contains(t, usage.String(), want, "usage lists %q:\n%s", want, usage.String())
 		}
 	})

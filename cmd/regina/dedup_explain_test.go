@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,10 +240,69 @@ func TestExplainAgreesWithPush(t *testing.T) {
 	})
 }
 
+// TestExplainIsConsistentWithPush: explain and lookup take a missing
+// partition as Default, as a push does, and refuse with the push's 400 and
+// text what a push would refuse (an over-long or non-UTF-8 transactionId, an
+// over-long queue or partition name), writing nothing.
+func TestExplainIsConsistentWithPush(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	first := b.push(t, item{"queue": "orders", "transactionId": "order:1"})[0]
+	q := url.Values{"queue": {"orders"}, "transactionId": {"order:1"}}
+	status, body := do(t, "GET", b.URL+"/api/v1/dedup/explain?"+q.Encode(), nil)
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	var e explainResponse
+	require.NoError(t, json.Unmarshal(body, &e))
+	require.Equal(t, "Default", e.Partition)
+	require.Equal(t, "duplicate", e.Verdict)
+	require.Equal(t, first.MessageID, *e.MessageID)
+	res := b.lookup(t, item{"queue": "orders", "partition": "", "transactionId": "order:1"})
+	require.Equal(t, "Default", res[0].Partition)
+	require.True(t, res[0].Committed)
+
+	d := newDB(t, b.Schema)
+	before := d.int(t, `SELECT count(*) FROM queen.partitions`)
+	for name, it := range map[string]map[string]string{
+		"5000-byte transactionId": {"queue": "orders", "transactionId": strings.Repeat("t", 5000)},
+		"256-byte queue":          {"queue": strings.Repeat("q", 256), "transactionId": "t"},
+		"256-byte partition":      {"queue": "orders", "partition": strings.Repeat("p", 256), "transactionId": "t"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := map[string]any{"items": []map[string]string{it}}
+			status, out := do(t, "POST", b.URL+"/api/v1/push", body)
+			require.Equal(t, http.StatusBadRequest, status, "%s", out)
+			want := strings.TrimPrefix(errorText(t, out), "items[0]: ")
+
+			v := url.Values{}
+			for k, x := range it {
+				v.Set(k, x)
+			}
+			status, out = do(t, "GET", b.URL+"/api/v1/dedup/explain?"+v.Encode(), nil)
+			require.Equal(t, http.StatusBadRequest, status, "%s", out)
+			require.Equal(t, want, errorText(t, out))
+
+			status, out = do(t, "POST", b.URL+"/api/v1/dedup/lookup", body)
+			require.Equal(t, http.StatusBadRequest, status, "%s", out)
+			require.Equal(t, "items[0]: "+want, errorText(t, out))
+		})
+	}
+	require.Equal(t, before, d.int(t, `SELECT count(*) FROM queen.partitions`), "refused requests wrote nothing")
+}
+
+// errorText is the error field of a JSON error answer.
+func errorText(t *testing.T, body []byte) string {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(body, &e), "%s", body)
+	return e.Error
+}
+
 func TestExplainAndLookupBadInput(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, "", nil)
-	for _, q := range []string{"", "queue=q", "queue=q&partition=p", "partition=p&transactionId=t", "queue=q&transactionId=t"} {
+	for _, q := range []string{"", "queue=q", "queue=q&partition=p", "partition=p&transactionId=t"} {
 		status, body := do(t, "GET", b.URL+"/api/v1/dedup/explain?"+q, nil)
 		require.Equal(t, http.StatusBadRequest, status, "%s: %s", q, body)
 		require.Contains(t, string(body), "required")

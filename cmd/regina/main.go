@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -37,11 +38,16 @@ import (
 )
 
 func main() {
-	cfg, err := LoadConfig(os.Args[1:], envOrEmpty, os.Stderr)
+	// -h prints the help to stdout (regina -h | less); a flag error goes to
+	// stderr with a pointer to -h.
+	var usage bytes.Buffer
+	cfg, err := LoadConfig(os.Args[1:], envOrEmpty, &usage)
 	if err != nil {
 		if errors.Is(err, errHelp) {
+			_, _ = os.Stdout.Write(usage.Bytes())
 			os.Exit(0)
 		}
+		_, _ = os.Stderr.Write(usage.Bytes())
 		fmt.Fprintln(os.Stderr, "regina:", err)
 		os.Exit(2)
 	}

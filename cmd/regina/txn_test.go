@@ -115,7 +115,7 @@ func TestTransactionBadInputAndDeadLeases(t *testing.T) {
 		`{"operations":[{"type":"teleport"}]}`: "Unknown operation type: teleport",
 		`{"operations":[{"items":[]}]}`:        "type is required",
 		`{"operations":[{"type":"push"}]}`:     "items array is required",
-		`{"operations":[{"type":"push","items":[{"payload":1}]}]}`:                             "Queue must be a string",
+		`{"operations":[{"type":"push","items":[{"payload":1}]}]}`:                             "queue must be a string",
 		`{"operations":[{"type":"ack","partitionId":"0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"}]}`: "transactionId is required",
 		`{"operations":[{"type":"ack","transactionId":"x"}]}`:                                  "partitionId is required",
 		`{"operations":[{"type":"push","items":[{"queue":"q"}]}],"requiredLeases":["nope"]}`:   "not a lease id",

@@ -80,6 +80,45 @@ type Config struct {
 	JWKSMinRefresh time.Duration
 }
 
+// Setting describes one variable FromEnv reads, for the broker's help: its
+// name, the kind of value, the default and one line of meaning. Field points
+// at the Config field it sets (tests check that every field is described).
+type Setting struct {
+	Env, Type, Default, Help string
+	Field                    func(*Config) any
+}
+
+// durationType is the Type of the variables parseSeconds reads.
+const durationType = "seconds|duration"
+
+// Settings are the JWT_* variables, in the order the help lists them. Every
+// exported Config field but JWKSMinRefresh (not a variable) has one.
+var Settings = []Setting{
+	{"JWT_ENABLED", "bool", "false", "switch token authentication on (off: every route is open)",
+		func(c *Config) any { return &c.Enabled }},
+	{"JWT_ALGORITHM", "string", Auto, "HS256, RS256, EdDSA or auto (the algorithms of the keys given)",
+		func(c *Config) any { return &c.Algorithm }},
+	{"JWT_SECRET", "string", "", "HS256 shared secret",
+		func(c *Config) any { return &c.Secret }},
+	{"JWT_PUBLIC_KEY", "string", "", `PEM public key for RS256 or EdDSA (a literal "\n" reads as a newline)`,
+		func(c *Config) any { return &c.PublicKey }},
+	{"JWT_JWKS_URL", "string", "", "http(s) JWKS endpoint holding RS256 or EdDSA keys",
+		func(c *Config) any { return &c.JWKSURL }},
+	{"JWT_ISSUER", "string", "", "when set, a token's iss must equal it",
+		func(c *Config) any { return &c.Issuer }},
+	{"JWT_AUDIENCE", "string", "", "when set, it must be among a token's aud",
+		func(c *Config) any { return &c.Audience }},
+	{"JWT_CLOCK_SKEW", durationType, DefaultClockSkew.String(), "leeway on exp, nbf and iat",
+		func(c *Config) any { return &c.ClockSkew }},
+	{"JWT_SKIP_PATHS", "list", strings.Join(DefaultSkipPaths, ","),
+		"comma-separated paths served without a token (a trailing * is a prefix; set but empty: none)",
+		func(c *Config) any { return &c.SkipPaths }},
+	{"JWT_JWKS_REFRESH_INTERVAL", durationType, "1h", "longest a fetched JWKS is kept (a shorter max-age wins, down to 1m)",
+		func(c *Config) any { return &c.JWKSRefreshInterval }},
+	{"JWT_JWKS_TIMEOUT", durationType, DefaultJWKSTimeout.String(), "bound on one JWKS fetch and on a request's wait for it",
+		func(c *Config) any { return &c.JWKSTimeout }},
+}
+
 // FromEnv reads the configuration from the JWT_* environment variables
 // through lookup (os.LookupEnv). Every malformed value is reported, each
 // with its variable's name. Values that parse are checked against each

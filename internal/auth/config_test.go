@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +198,45 @@ func TestWithDefaultsAndValidate(t *testing.T) {
 	require.ErrorContains(t, Config{Enabled: true, Algorithm: RS256, JWKSURL: "https://idp/jwks"}.Validate(),
 		"JWT_JWKS_TIMEOUT must be positive", "zero is taken as given, never defaulted silently")
 	require.NoError(t, Config{Enabled: true, Secret: []byte("s")}.WithDefaults().Validate())
+}
+
+// TestSettingsDescribeFromEnv keeps the help's list of JWT_* variables true:
+// it names exactly the variables FromEnv reads, every Config field (but
+// JWKSMinRefresh, not a variable) has its entry, and each default shown is
+// the one FromEnv applies.
+func TestSettingsDescribeFromEnv(t *testing.T) {
+	t.Parallel()
+	read := map[string]bool{}
+	_, err := FromEnv(func(k string) (string, bool) { read[k] = true; return "", false })
+	require.NoError(t, err)
+	listed := map[string]bool{}
+	for _, s := range Settings {
+		listed[s.Env] = true
+	}
+	require.Equal(t, read, listed, "Settings must list exactly the variables FromEnv reads")
+
+	var c Config
+	described := map[any]bool{}
+	for _, s := range Settings {
+		described[s.Field(&c)] = true
+	}
+	v := reflect.ValueOf(&c).Elem()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if !f.IsExported() || f.Name == "JWKSMinRefresh" {
+			continue
+		}
+		require.True(t, described[v.Field(i).Addr().Interface()], "Config.%s has no entry in Settings", f.Name)
+	}
+
+	defaults, err := FromEnv(envOf(nil))
+	require.NoError(t, err)
+	for _, s := range Settings {
+		if s.Default == "" {
+			continue
+		}
+		got, err := FromEnv(envOf(map[string]string{s.Env: s.Default}))
+		require.NoError(t, err, s.Env)
+		require.Equal(t, defaults, got, "%s=%s is not the default", s.Env, s.Default)
+	}
 }
