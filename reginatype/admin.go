@@ -124,11 +124,17 @@ func (p *PartitionDetail) Stats() MessageStats {
 	return st
 }
 
-// Message statuses for queue mode, as the messages views report them.
+// Message statuses, as the messages views report them (Queen's): a message
+// a group dead-lettered is dead_letter; otherwise, on a partition queue
+// mode reads, completed below its cursor, processing under its live lease,
+// pending after; on a partition only named groups read, completed once
+// every group's cursor is past it, pending before; pending when no group
+// reads the partition.
 const (
 	MessagePending    = "pending"
 	MessageProcessing = "processing"
 	MessageCompleted  = "completed"
+	MessageDeadLetter = "dead_letter"
 )
 
 // StoredMessage is one stored message with where it lives.
@@ -140,8 +146,7 @@ type StoredMessage struct {
 	Queue       string
 	Namespace   string
 	Task        string
-	// Status is the message's state for queue mode: pending, processing
-	// (under a live lease) or completed.
+	// Status is the message's status (see MessagePending).
 	Status string
 }
 
@@ -149,7 +154,10 @@ type StoredMessage struct {
 type MessageFilter struct {
 	Queue, Partition, Namespace, Task string
 	// From and To bound the stored time (inclusive); zero is unbounded.
-	From, To      time.Time
+	From, To time.Time
+	// Status selects the messages with this status (see MessagePending);
+	// empty selects every one.
+	Status        string
 	Limit, Offset int
 }
 

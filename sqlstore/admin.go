@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,20 +138,26 @@ func nullTime(t time.Time) *time.Time {
 	return &t
 }
 
-func messageStatus(off, cursor int64, leaseLive bool, leaseTo int64) string {
+// messageStatus is the status of the message at off in a partition whose
+// status bounds are doneTo and busyTo (see statusBounds), dead when a group
+// dead-lettered it.
+func messageStatus(off, doneTo, busyTo int64, dead bool) string {
 	switch {
-	case off < cursor:
+	case dead:
+		return reginatype.MessageDeadLetter
+	case off < doneTo:
 		return reginatype.MessageCompleted
-	case leaseLive && off < leaseTo:
+	case off < busyTo:
 		return reginatype.MessageProcessing
 	default:
 		return reginatype.MessagePending
 	}
 }
 
-// ListMessages returns a page of stored messages, newest first (by stored
-// time, then partition and offset), and the number f selects in all. It
-// reads only the segments overlapping the page.
+// ListMessages returns a page of stored messages with the status f asks for
+// (every message when f.Status is empty), newest first (by stored time,
+// then partition and offset), and the number f selects in all. It reads
+// only the segments overlapping the page.
 func (s *Store) ListMessages(ctx context.Context, f reginatype.MessageFilter) ([]reginatype.StoredMessage, int64, error) {
 	if f.Limit <= 0 {
 		f.Limit = 200
@@ -161,52 +168,51 @@ func (s *Store) ListMessages(ctx context.Context, f reginatype.MessageFilter) ([
 		total int64
 	)
 	args := []any{nullText(f.Queue), nullText(f.Partition), nullText(f.Namespace), nullText(f.Task),
-		nullTime(f.From), nullTime(f.To)}
+		nullTime(f.From), nullTime(f.To), reginatype.QueueModeGroup, nullText(f.Status)}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			out = nil
 			if err := tx.QueryRow(ctx, s.sql.admin.messagesCount, args...).Scan(&total); err != nil {
 				return err
 			}
-			rows, err := tx.Query(ctx, s.sql.admin.messagesPage,
-				append(args, int64(f.Offset), int64(f.Limit), reginatype.QueueModeGroup)...)
+			rows, err := tx.Query(ctx, s.sql.admin.messagesPage, append(args, int64(f.Offset), int64(f.Limit))...)
 			if err != nil {
 				return err
 			}
 			defer rows.Close()
 			for rows.Next() {
 				var (
-					pid                   partition.UUID
-					first, before, cursor int64
-					count                 int
-					frames                []byte
-					part, queue, ns, task string
-					leaseLive             bool
-					leaseTo               int64
+					pid                           partition.UUID
+					first, before, doneTo, busyTo int64
+					count                         int
+					frames                        []byte
+					part, queue, ns, task         string
+					dead                          []int64
 				)
 				if err := rows.Scan((*uuidScanner)(&pid), &first, &count, &before, &frames, &part, &queue, &ns, &task,
-					&cursor, &leaseLive, &leaseTo); err != nil {
+					&doneTo, &busyTo, &dead); err != nil {
 					return err
 				}
 				fs, err := partition.DecodeSegment(frames, count)
 				if err != nil {
 					return fmt.Errorf("segment %d: %w", first, err)
 				}
-				// Newest first inside the segment too: position before+j is
-				// frame count-1-j.
-				for j := range count {
-					pos := before + int64(j)
-					if pos < int64(f.Offset) || pos >= int64(f.Offset+f.Limit) {
+				// Newest first inside the segment too; pos counts the
+				// messages with the status asked for.
+				pos := before
+				for k := count - 1; k >= 0; k-- {
+					off := first + int64(k)
+					st := messageStatus(off, doneTo, busyTo, slices.Contains(dead, off))
+					if f.Status != "" && st != f.Status {
 						continue
 					}
-					k := count - 1 - j
-					if fs[k].Deleted() {
+					pos++
+					if pos <= int64(f.Offset) || pos > int64(f.Offset+f.Limit) || fs[k].Deleted() {
 						continue // a tombstone: counted in total, never listed
 					}
-					off := first + int64(k)
 					s.reveal(&fs[k].Body)
 					out = append(out, reginatype.StoredMessage{Frame: fs[k], Offset: off, PartitionID: pid, Partition: part,
-						Queue: queue, Namespace: ns, Task: task, Status: messageStatus(off, cursor, leaseLive, leaseTo)})
+						Queue: queue, Namespace: ns, Task: task, Status: st})
 				}
 			}
 			return rows.Err()
@@ -234,13 +240,12 @@ func (s *Store) GetMessage(ctx context.Context, partitionID partition.UUID, txID
 				return err
 			}
 			var (
-				first, cursor, leaseTo int64
-				count                  int
-				frames                 []byte
-				leaseLive              bool
+				first, doneTo, busyTo int64
+				count                 int
+				frames                []byte
 			)
 			err = tx.QueryRow(ctx, s.sql.admin.messageAt, [16]byte(partitionID), off, reginatype.QueueModeGroup).Scan(&first, &count,
-				&frames, &m.Partition, &m.Queue, &m.Namespace, &m.Task, &cursor, &leaseLive, &leaseTo)
+				&frames, &m.Partition, &m.Queue, &m.Namespace, &m.Task, &doneTo, &busyTo)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
 			}
@@ -260,7 +265,7 @@ func (s *Store) GetMessage(ctx context.Context, partitionID partition.UUID, txID
 			}
 			s.reveal(&fs[k].Body)
 			m.Frame, m.Offset, m.PartitionID = fs[k], off, partitionID
-			m.Status = messageStatus(off, cursor, leaseLive, leaseTo)
+			m.Status = messageStatus(off, doneTo, busyTo, false) // the caller looks for a dead letter
 			ok = true
 			return nil
 		})

@@ -8,11 +8,67 @@ type adminQueries struct {
 	messagesCount, messagesPage, messageAt            string
 }
 
+// A message's status (Queen's, see reginatype.MessageStatus) follows from
+// its offset and two bounds of its partition: below doneTo it is
+// completed (below queue mode's cursor; without queue mode, below every
+// named group's cursor; nothing without any group), below busyTo
+// processing (under queue mode's live lease), pending after that; a dead
+// letter of any group is dead_letter whatever its offset. statusBounds
+// joins what they need to a partition p; group is queue mode's name.
+func statusBounds(group string) string {
+	return `
+		  LEFT JOIN queen.consumers qm ON qm.partition_id = p.id AND qm.consumer_group = ` + group + ` AND qm.started
+		  LEFT JOIN LATERAL (SELECT min(c.cursor_offset) AS cur FROM queen.consumers c
+		                      WHERE c.partition_id = p.id AND c.consumer_group <> ` + group + ` AND c.started) ng ON true`
+}
+
+const (
+	doneTo = `coalesce(qm.cursor_offset, ng.cur, 0)`
+	busyTo = `CASE WHEN qm.lease_id IS NOT NULL AND qm.lease_expires_at > now()
+		            THEN greatest(qm.lease_to, qm.cursor_offset) ELSE ` + doneTo + ` END`
+)
+
+// msgSegments (the CTEs st and f) selects the stored segments of the
+// messages list's filters ($1 queue, $2 partition, $3 namespace, $4 task,
+// $5 from, $6 to: NULL matches everything) with their partition's status
+// bounds, and in m how many of their messages have the status $8 (NULL:
+// all). $7 is queue mode's group name. Dead letters are counted per
+// segment through the DLQ's (partition_id, msg_offset) index, only when a
+// status is asked for.
+var msgSegments = `st AS MATERIALIZED (
+		SELECT p.id, p.name AS pname, q.name AS qname, q.namespace, q.task,
+		       ` + doneTo + ` AS done_to, ` + busyTo + ` AS busy_to
+		  FROM queen.partitions p
+		  JOIN queen.queues q ON q.id = p.queue_id` + statusBounds("$7") + `
+		 WHERE ($1::text IS NULL OR q.name = $1) AND ($2::text IS NULL OR p.name = $2)
+		   AND ($3::text IS NULL OR q.namespace = $3) AND ($4::text IS NULL OR q.task = $4)),
+	f AS (
+		SELECT s.partition_id, s.first_offset, s.frame_count, s.created_at, st.pname, st.qname, st.namespace,
+		       st.task, st.done_to, st.busy_to,
+		       CASE $8::text
+		         WHEN 'completed' THEN ` + overlap("0", "st.done_to") + ` - dl.done
+		         WHEN 'processing' THEN ` + overlap("st.done_to", "st.busy_to") + ` - dl.busy
+		         WHEN 'pending' THEN ` + overlap("st.busy_to", "s.first_offset + s.frame_count") + ` - (dl.n - dl.done - dl.busy)
+		         WHEN 'dead_letter' THEN dl.n
+		         ELSE s.frame_count END AS m
+		  FROM queen.segments s
+		  JOIN st ON st.id = s.partition_id
+		  CROSS JOIN LATERAL (
+		        SELECT count(DISTINCT d.msg_offset) AS n,
+		               count(DISTINCT d.msg_offset) FILTER (WHERE d.msg_offset < st.done_to) AS done,
+		               count(DISTINCT d.msg_offset) FILTER (WHERE d.msg_offset >= st.done_to
+		                                                     AND d.msg_offset < st.busy_to) AS busy
+		          FROM queen.dlq d
+		         WHERE $8::text IS NOT NULL AND d.partition_id = s.partition_id
+		           AND d.msg_offset >= s.first_offset AND d.msg_offset < s.first_offset + s.frame_count) dl
+		 WHERE ($5::timestamptz IS NULL OR s.created_at >= $5) AND ($6::timestamptz IS NULL OR s.created_at <= $6))`
+
+// overlap is the number of a segment's offsets (s) in [lo, hi).
+func overlap(lo, hi string) string {
+	return `greatest(0, least(s.first_offset + s.frame_count, ` + hi + `) - greatest(s.first_offset, ` + lo + `))`
+}
+
 func newAdminQueries(schema string) adminQueries {
-	const msgFilter = `
-		   WHERE ($1::text IS NULL OR q.name = $1) AND ($2::text IS NULL OR p.name = $2)
-		     AND ($3::text IS NULL OR q.namespace = $3) AND ($4::text IS NULL OR q.task = $4)
-		     AND ($5::timestamptz IS NULL OR s.created_at >= $5) AND ($6::timestamptz IS NULL OR s.created_at <= $6)`
 	q := adminQueries{
 		// Each key's queue and partition (NULL when missing), and the
 		// transaction's time.
@@ -74,41 +130,34 @@ func newAdminQueries(schema string) adminQueries {
 			  FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
 			 WHERE c.partition_id = ANY($1::uuid[]) AND c.started
 			 ORDER BY c.partition_id, c.consumer_group`,
-		messagesCount: `SELECT coalesce(sum(s.frame_count), 0)::bigint
-			  FROM queen.segments s
-			  JOIN queen.partitions p ON p.id = s.partition_id
-			  JOIN queen.queues q ON q.id = p.queue_id` + msgFilter,
+		messagesCount: `WITH ` + msgSegments + `
+			SELECT coalesce(sum(f.m), 0)::bigint FROM f`,
 		// Newest first: segments by (created_at, partition, offset)
-		// descending; upto counts the messages up to and including each
-		// segment, so only the segments overlapping [offset, offset+limit)
-		// are read.
-		messagesPage: `WITH f AS (
-				SELECT s.partition_id, s.first_offset, s.frame_count,
-				       sum(s.frame_count) OVER (ORDER BY s.created_at DESC, s.partition_id DESC, s.first_offset DESC) AS upto
-				  FROM queen.segments s
-				  JOIN queen.partitions p ON p.id = s.partition_id
-				  JOIN queen.queues q ON q.id = p.queue_id` + msgFilter + `)
-			SELECT f.partition_id, f.first_offset, f.frame_count, (f.upto - f.frame_count)::bigint, s.frames,
-			       p.name, q.name, q.namespace, q.task, coalesce(c.cursor_offset, 0),
-			       coalesce(c.lease_id IS NOT NULL AND c.lease_expires_at > now(), false), coalesce(c.lease_to, 0)
-			  FROM f
-			  JOIN queen.segments s ON s.partition_id = f.partition_id AND s.first_offset = f.first_offset
-			  JOIN queen.partitions p ON p.id = f.partition_id
-			  JOIN queen.queues q ON q.id = p.queue_id
-			  LEFT JOIN queen.consumers c ON c.partition_id = f.partition_id AND c.consumer_group = $9
-			 WHERE f.upto > $7 AND f.upto - f.frame_count < $7::bigint + $8
-			 ORDER BY f.upto`,
-		// The segment covering an offset, with its partition's names and the
-		// queue-mode cursor.
+		// descending; upto counts the messages the status filter selects
+		// up to and including each segment, so only the segments
+		// overlapping [offset, offset+limit) are read. $9 offset, $10 limit.
+		messagesPage: `WITH ` + msgSegments + `,
+			w AS (SELECT f.*, sum(f.m) OVER (ORDER BY f.created_at DESC, f.partition_id DESC,
+			                                       f.first_offset DESC) AS upto
+			        FROM f WHERE f.m > 0)
+			SELECT w.partition_id, w.first_offset, w.frame_count, (w.upto - w.m)::bigint, s.frames,
+			       w.pname, w.qname, w.namespace, w.task, w.done_to, w.busy_to,
+			       coalesce((SELECT array_agg(DISTINCT d.msg_offset) FROM queen.dlq d
+			                  WHERE d.partition_id = w.partition_id AND d.msg_offset >= w.first_offset
+			                    AND d.msg_offset < w.first_offset + w.frame_count), '{}')
+			  FROM w
+			  JOIN queen.segments s ON s.partition_id = w.partition_id AND s.first_offset = w.first_offset
+			 WHERE w.upto > $9 AND w.upto - w.m < $9::bigint + $10
+			 ORDER BY w.upto`,
+		// The segment covering an offset, with its partition's names and
+		// status bounds.
 		messageAt: `SELECT s.first_offset, s.frame_count, s.frames, p.name, q.name, q.namespace, q.task,
-			       coalesce(c.cursor_offset, 0),
-			       coalesce(c.lease_id IS NOT NULL AND c.lease_expires_at > now(), false), coalesce(c.lease_to, 0)
+			       ` + doneTo + `, ` + busyTo + `
 			  FROM queen.partitions p
 			  JOIN queen.queues q ON q.id = p.queue_id
 			  JOIN LATERAL (SELECT s.first_offset, s.frame_count, s.frames FROM queen.segments s
 			                 WHERE s.partition_id = p.id AND s.first_offset <= $2
-			                 ORDER BY s.first_offset DESC LIMIT 1) s ON true
-			  LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = $3
+			                 ORDER BY s.first_offset DESC LIMIT 1) s ON true` + statusBounds("$3") + `
 			 WHERE p.id = $1`,
 	}
 	for _, p := range []*string{&q.explainResolve, &q.explainProbe, &q.adminNow, &q.adminQueues, &q.adminParts,

@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/segmentio/encoding/json"
@@ -492,16 +494,7 @@ func groupsOf(p *reginatype.PartitionDetail, offset int64) (modeView, busStatusV
 			b.ConsumedBy++
 		}
 	}
-	switch {
-	case m.HasQueueMode && m.BusGroupsCount > 0:
-		m.Type = "hybrid"
-	case m.HasQueueMode:
-		m.Type = "queue"
-	case m.BusGroupsCount > 0:
-		m.Type = "bus"
-	default:
-		m.Type = "none"
-	}
+	m.Type = modeType(m.HasQueueMode, m.BusGroupsCount)
 	return m, b, gs
 }
 
@@ -550,14 +543,25 @@ func newMessageView(m *reginatype.StoredMessage) messageView {
 	return v
 }
 
+// messageStatuses are the values of GET /api/v1/messages' status filter.
+var messageStatuses = []string{reginatype.MessagePending, reginatype.MessageProcessing,
+	reginatype.MessageCompleted, reginatype.MessageDeadLetter}
+
 // handleListMessages serves GET /api/v1/messages (queue, partition,
-// namespace/ns, task, from, to, limit (200, at most 1000), offset): stored
-// messages, newest first, with their queue-mode status.
+// namespace/ns, task, status, from, to, limit (200, at most 1000), offset):
+// stored messages with that status (all without one), newest first, each
+// with its status and its partition's groups; with a queue, mode describes
+// the groups reading the queue.
 func (s *Server) handleListMessages(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
 	qf := queueFilter(args)
 	f := reginatype.MessageFilter{Queue: qf.Name, Partition: string(args.Peek("partition")), Namespace: qf.Namespace,
-		Task: qf.Task, Limit: min(max(queryInt(args, "limit", 200), 1), 1000), Offset: max(queryInt(args, "offset", 0), 0)}
+		Task: qf.Task, Status: string(args.Peek("status")),
+		Limit: min(max(queryInt(args, "limit", 200), 1), 1000), Offset: max(queryInt(args, "offset", 0), 0)}
+	if f.Status != "" && !slices.Contains(messageStatuses, f.Status) {
+		writeError(ctx, fasthttp.StatusBadRequest, "status must be one of "+strings.Join(messageStatuses, ", "))
+		return
+	}
 	var err error
 	if f.From, f.To, err = parseTimeRange(args); err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
@@ -568,11 +572,14 @@ func (s *Server) handleListMessages(ctx *fasthttp.RequestCtx) {
 		s.writeCoreError(ctx, err)
 		return
 	}
-	names := make([]string, len(list))
-	for i := range list {
-		names[i] = list[i].Queue
+	names := make([]string, 0, len(list)+1)
+	if f.Queue != "" {
+		names = append(names, f.Queue) // first: partitionsOf returns its details
 	}
-	parts, _, err := s.partitionsOf(ctx, names)
+	for i := range list {
+		names = append(names, list[i].Queue)
+	}
+	parts, first, err := s.partitionsOf(ctx, names)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return
@@ -585,8 +592,44 @@ func (s *Server) handleListMessages(ctx *fasthttp.RequestCtx) {
 			out[i].Mode, out[i].BusStatus = &m, &b
 		}
 	}
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"messages": out, "total": total,
+	var mode *modeView
+	if f.Queue != "" && first != nil && first.Name == f.Queue {
+		mode = queueMode(first)
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"messages": out, "total": total, "mode": mode,
 		"pagination": map[string]any{"limit": f.Limit, "offset": f.Offset, "total": total}})
+}
+
+// queueMode describes the groups reading a queue: whether queue mode reads
+// any of its partitions, the named groups reading any, and the type
+// (queue, bus, hybrid or none).
+func queueMode(q *reginatype.QueueDetail) *modeView {
+	var m modeView
+	named := map[string]bool{}
+	for i := range q.Partitions {
+		for j := range q.Partitions[i].Consumers {
+			if g := q.Partitions[i].Consumers[j].Group; g == reginatype.QueueModeGroup {
+				m.HasQueueMode = true
+			} else {
+				named[g] = true
+			}
+		}
+	}
+	m.BusGroupsCount = len(named)
+	m.Type = modeType(m.HasQueueMode, m.BusGroupsCount)
+	return &m
+}
+
+func modeType(queueMode bool, named int) string {
+	switch {
+	case queueMode && named > 0:
+		return "hybrid"
+	case queueMode:
+		return "queue"
+	case named > 0:
+		return "bus"
+	}
+	return "none"
 }
 
 // handleGetMessage serves GET /api/v1/messages/:partitionId/:transactionId.
