@@ -470,11 +470,17 @@ func parseTimeRange(args *fasthttp.Args) (from, to time.Time, err error) {
 	return
 }
 
+// maxDLQPage is the most dead letters GET /api/v1/dlq answers at once, and
+// what it answers without a limit: Queen's dashboard has no paging and
+// upstream returns every row, so a DLQ up to this size is seen whole;
+// total says how many there are, and limit/offset page beyond.
+const maxDLQPage = 10000
+
 func (s *Server) handleDLQ(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
 	f := reginatype.DLQFilter{Queue: string(args.Peek("queue")), Group: string(args.Peek("consumerGroup")),
 		Partition: string(args.Peek("partition")),
-		Limit:     min(max(queryInt(args, "limit", 100), 1), 10000), Offset: max(queryInt(args, "offset", 0), 0)}
+		Limit:     min(max(queryInt(args, "limit", maxDLQPage), 1), maxDLQPage), Offset: max(queryInt(args, "offset", 0), 0)}
 	var err error
 	if f.From, f.To, err = parseTimeRange(args); err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
