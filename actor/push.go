@@ -262,6 +262,7 @@ func (a *actor) enqueue(q *request) error {
 	a.mailbox = append(a.mailbox, q)
 	a.items += q.n
 	a.bytes += q.bytes
+	a.reg.mailboxDelta(q.n)
 	if wasEmpty {
 		select {
 		case a.wake <- struct{}{}:
@@ -281,6 +282,7 @@ func (a *actor) withdraw(q *request) bool {
 			a.mailbox = append(a.mailbox[:i], a.mailbox[i+1:]...)
 			a.items -= q.n
 			a.bytes -= q.bytes
+			a.reg.mailboxDelta(-q.n)
 			return true
 		}
 	}
@@ -311,6 +313,7 @@ func (a *actor) take(dst []*request) []*request {
 	}
 	a.items -= items
 	a.bytes -= bytes
+	a.reg.mailboxDelta(-items)
 	return dst
 }
 

@@ -225,6 +225,9 @@ type Registry struct {
 	batches, queued, duplicates, mailboxFull, pushFailures atomic.Uint64
 	unlockedDups, unlockedByOriginals, fastPathMisses      atomic.Uint64
 	withdrawn, abandoned                                   atomic.Uint64
+	// waiting is the items in every mailbox (the sum of the actors'
+	// items), waitingPeak the most since the last MailboxPeak.
+	waiting, waitingPeak atomic.Int64
 
 	// epochMu orders the cache's reset on a new store epoch (write lock)
 	// against what is taught to it (Learn, FinishHydrate: read lock), so
@@ -392,6 +395,31 @@ func (r *Registry) MailboxDepth(queue, part string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.items
+}
+
+// mailboxDelta records n items entering (n > 0) or leaving the mailboxes.
+func (r *Registry) mailboxDelta(n int) {
+	w := r.waiting.Add(int64(n))
+	for {
+		p := r.waitingPeak.Load()
+		if w <= p || r.waitingPeak.CompareAndSwap(p, w) {
+			return
+		}
+	}
+}
+
+// MailboxPeak returns the most push items waiting in all mailboxes (not
+// yet in a batch being committed) at any instant since the previous call,
+// and starts a new period. The status views' job-queue figures sample it
+// every second: a depth sampled at one instant misses the short bursts a
+// push makes.
+func (r *Registry) MailboxPeak() int {
+	for {
+		p, w := r.waitingPeak.Load(), r.waiting.Load()
+		if r.waitingPeak.CompareAndSwap(p, w) {
+			return int(max(p, w))
+		}
+	}
 }
 
 // Stats returns the registry's counters.

@@ -72,6 +72,7 @@ type Metrics struct {
 	mismatches   *prometheus.CounterVec
 	retryAge     *prometheus.HistogramVec
 	unresolvable *prometheus.CounterVec
+	ackResults   *prometheus.CounterVec
 	retention    *prometheus.CounterVec
 	retPasses    *prometheus.CounterVec
 	undelivered  prometheus.Counter
@@ -131,6 +132,13 @@ func New(cfg Config) *Metrics {
 			Name: "regina_ack_unresolvable_total",
 			Help: "Acks answered \"unresolvable\" (transaction id no longer in the hash sidecar), by queue.",
 		}, []string{"queue"}),
+		ackResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "regina_ack_results_total",
+			Help: "Ack items by queue and result: success (applied), failed (not applied: unknown " +
+				"message, unresolvable id, an expired or replaced lease), refused (its lease had already been " +
+				"released by an earlier failed or retried ack of the batch, or a seek: the message is " +
+				"delivered again).",
+		}, []string{"queue", "result"}),
 		retention: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "regina_retention_deleted_rows_total",
 			Help: "Rows deleted by retention: log_txns (hash sidecar) and segments (messages).",
@@ -158,7 +166,7 @@ func New(cfg Config) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.httpRequests, m.httpSeconds, m.batchItems, m.pushSeconds, m.verdicts, m.mismatches, m.retryAge,
-		m.unresolvable, m.retention, m.retPasses, m.undelivered, m.connRefused, m.connsOpen,
+		m.unresolvable, m.ackResults, m.retention, m.retPasses, m.undelivered, m.connRefused, m.connsOpen,
 		&snapshotCollector{m: m},
 	)
 	for _, t := range []string{"log_txns", "segments"} {
@@ -230,6 +238,26 @@ func (m *Metrics) ObserveBatch(items int) { m.batchItems.Observe(float64(items))
 // UnresolvableAck counts one ack answered "unresolvable" on queue.
 func (m *Metrics) UnresolvableAck(queue string) {
 	m.unresolvable.WithLabelValues(m.queues.label(queue)).Inc()
+}
+
+// Result label values of regina_ack_results_total.
+const (
+	AckSuccess = "success"
+	AckFailed  = "failed"
+	AckRefused = "refused"
+)
+
+// AckResults adds the ack items of one request on queue by result.
+func (m *Metrics) AckResults(queue string, success, failed, refused int64) {
+	l := m.queues.label(queue)
+	for _, r := range []struct {
+		result string
+		n      int64
+	}{{AckSuccess, success}, {AckFailed, failed}, {AckRefused, refused}} {
+		if r.n > 0 {
+			m.ackResults.WithLabelValues(l, r.result).Add(float64(r.n))
+		}
+	}
 }
 
 // ObserveRetention records one retention pass: the rows it deleted (also

@@ -38,8 +38,14 @@ type AckItem struct {
 
 // AckResult is the outcome of one ack item.
 type AckResult struct {
-	Success       bool
-	Error         string
+	Success bool
+	Error   string
+	// Refused is set with Error AckErrLease when the lease named had
+	// already been released (by an earlier failed or retried ack of its
+	// batch, or a seek), rather than expired or replaced by another pop:
+	// the message is delivered again, and the status views count the ack
+	// as refused, not failed.
+	Refused       bool
 	QueueName     string
 	PartitionName string
 	LeaseReleased bool

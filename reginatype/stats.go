@@ -14,9 +14,12 @@ type StatCounters struct {
 	// messages they delivered, PopEmpty the pops that delivered none.
 	PopRequests, PopMessages, PopEmpty int64
 	// AckRequests counts ack requests (single, batch, and the acks of a
-	// transaction); AckSuccess the acks applied, AckFailed those refused
-	// (unknown message, lease not held, unresolvable); DLQ the acks that
-	// moved a message to the dead-letter queue.
+	// transaction); AckSuccess the acks applied, AckFailed those that could
+	// not be applied (unknown message, unresolvable id, an expired or
+	// replaced lease), AckRefused those refused because their lease had
+	// already been released (an earlier failed or retried ack of the batch,
+	// or a seek: the message is delivered again); DLQ the acks that moved a
+	// message to the dead-letter queue.
 	AckRequests, AckSuccess, AckFailed, DLQ int64
 	// Transactions counts committed transactions touching the queue.
 	Transactions int64
@@ -38,6 +41,8 @@ type StatCounters struct {
 	// RetentionRuns counts the retention or eviction runs that deleted
 	// something on the queue.
 	RetentionRuns int64
+	// AckRefused: see AckRequests.
+	AckRefused int64
 }
 
 // Add adds o to c (sums, and the maximum of the lag maxima).
@@ -62,6 +67,7 @@ func (c *StatCounters) Add(o *StatCounters) {
 	c.CompletedRetentionMsgs += o.CompletedRetentionMsgs
 	c.EvictionMsgs += o.EvictionMsgs
 	c.RetentionRuns += o.RetentionRuns
+	c.AckRefused += o.AckRefused
 }
 
 // MinuteStats is one row of queen.stats_minutes: one broker's counters for
@@ -126,6 +132,16 @@ type SystemSample struct {
 	Goroutines   Leaf `json:"goroutines"`
 	MailboxDepth Leaf `json:"mailboxDepth"`
 	Actors       Leaf `json:"actors"`
+	// MailboxPeak is, each second, the most items waiting in the mailboxes
+	// at any instant of that second (MailboxDepth is the depth at the
+	// sampling instant).
+	MailboxPeak Leaf `json:"mailboxPeak"`
+	// SchedLatencyMs and SchedLatencyP99Ms are, each second, the mean and
+	// the 99th percentile of the Go scheduler's latency over that second
+	// (runtime/metrics /sched/latencies:seconds: how long goroutines that
+	// were ready to run waited for a thread), in milliseconds.
+	SchedLatencyMs    Leaf `json:"schedLatencyMs"`
+	SchedLatencyP99Ms Leaf `json:"schedLatencyP99Ms"`
 }
 
 // Merge merges a later sample into s.
@@ -141,6 +157,9 @@ func (s *SystemSample) Merge(o *SystemSample) {
 	s.Goroutines.Merge(o.Goroutines)
 	s.MailboxDepth.Merge(o.MailboxDepth)
 	s.Actors.Merge(o.Actors)
+	s.MailboxPeak.Merge(o.MailboxPeak)
+	s.SchedLatencyMs.Merge(o.SchedLatencyMs)
+	s.SchedLatencyP99Ms.Merge(o.SchedLatencyP99Ms)
 }
 
 // SystemMinute is one row of queen.system_minutes.

@@ -145,6 +145,10 @@ func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p par
 		}
 		if it.HasLease && (!leaseLive || leaseID == nil || *leaseID != [16]byte(it.LeaseID)) {
 			r.Error = reginatype.AckErrLease
+			// No lease at all: it was released (a failed or retried ack of
+			// its batch, here or in an earlier request, or a seek), not
+			// expired or taken over by another pop.
+			r.Refused = leaseID == nil
 			continue
 		}
 		status := it.Status

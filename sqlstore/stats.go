@@ -19,20 +19,20 @@ import (
 // of a primary key or index, or by the live leases.
 type statsQueries struct {
 	record, recordSystem, purge, purgeSystem, series, system, partitionsCreated, leases, topErrors string
-	deadLetterOf                                                                                   string
+	deadLetterOf, sampledBuckets, partitionsBefore                                                 string
 }
 
 // statColumns are stats_minutes' counter columns, in reginatype.StatCounters
 // order (see counterPtrs).
 const statColumns = `push_requests, push_messages, duplicates, pop_requests, pop_messages, pop_empty,
 	ack_requests, ack_success, ack_failed, dlq, transactions, lag_count, lag_sum_ms, lag_max_ms, db_errors,
-	parked_ms, retention_msgs, completed_retention_msgs, eviction_msgs, retention_runs`
+	parked_ms, retention_msgs, completed_retention_msgs, eviction_msgs, retention_runs, ack_refused`
 
 func counterPtrs(c *reginatype.StatCounters) []any {
 	return []any{&c.PushRequests, &c.PushMessages, &c.Duplicates, &c.PopRequests, &c.PopMessages, &c.PopEmpty,
 		&c.AckRequests, &c.AckSuccess, &c.AckFailed, &c.DLQ, &c.Transactions, &c.LagCount, &c.LagSumMs,
 		&c.LagMaxMs, &c.DBErrors, &c.ParkedMs, &c.RetentionMsgs, &c.CompletedRetentionMsgs,
-		&c.EvictionMsgs, &c.RetentionRuns}
+		&c.EvictionMsgs, &c.RetentionRuns, &c.AckRefused}
 }
 
 func newStatsQueries(schema string) statsQueries {
@@ -42,7 +42,7 @@ func newStatsQueries(schema string) statsQueries {
 			SELECT $1, $2, r.* FROM unnest($3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],
 			       $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[],
 			       $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[], $20::bigint[],
-			       $21::bigint[], $22::bigint[], $23::bigint[]) AS r
+			       $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[]) AS r
 			ON CONFLICT (minute, instance, queue) DO UPDATE SET
 			  push_requests = s.push_requests + excluded.push_requests,
 			  push_messages = s.push_messages + excluded.push_messages,
@@ -63,7 +63,8 @@ func newStatsQueries(schema string) statsQueries {
 			  retention_msgs = s.retention_msgs + excluded.retention_msgs,
 			  completed_retention_msgs = s.completed_retention_msgs + excluded.completed_retention_msgs,
 			  eviction_msgs = s.eviction_msgs + excluded.eviction_msgs,
-			  retention_runs = s.retention_runs + excluded.retention_runs`,
+			  retention_runs = s.retention_runs + excluded.retention_runs,
+			  ack_refused = s.ack_refused + excluded.ack_refused`,
 		// A second flush of the same minute replaces the sample (the broker
 		// merges what it already wrote before sending it again).
 		recordSystem: `INSERT INTO queen.system_minutes (minute, instance, sample) VALUES ($1, $2, $3)
@@ -83,7 +84,7 @@ func newStatsQueries(schema string) statsQueries {
 			       max(lag_max_ms)::bigint, sum(db_errors)::bigint, sum(parked_ms)::bigint,
 			       sum(retention_msgs)::bigint,
 			       sum(completed_retention_msgs)::bigint, sum(eviction_msgs)::bigint,
-			       sum(retention_runs)::bigint
+			       sum(retention_runs)::bigint, sum(ack_refused)::bigint
 			  FROM queen.stats_minutes s
 			 WHERE s.minute >= $1 AND s.minute < $2
 			   AND (CASE WHEN $4::boolean THEN s.queue = '' ELSE s.queue <> '' END)
@@ -100,6 +101,15 @@ func newStatsQueries(schema string) statsQueries {
 			  FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 			 WHERE p.created_at >= $1 AND p.created_at < $2 AND ($4::text IS NULL OR q.name = $4)
 			 GROUP BY 1, 2 ORDER BY 1, 2`,
+		// The buckets in which some broker wrote its process sample (it was
+		// running): a range scan of the primary key's leading column.
+		sampledBuckets: `SELECT DISTINCT date_bin($3::interval, minute, timestamptz '2000-01-01 00:00:00+00')
+			  FROM queen.system_minutes WHERE minute >= $1 AND minute < $2 ORDER BY 1`,
+		// Per queue named, through the queue's own partitions (the index
+		// on queue_id), never the whole table.
+		partitionsBefore: `SELECT q.name, (SELECT count(*) FROM queen.partitions p
+			                        WHERE p.queue_id = q.id AND p.created_at < $1)
+			  FROM queen.queues q WHERE q.name = ANY($2::text[])`,
 		// Live leases: the cursors holding one (lease_expires_at > now()),
 		// the batch each leased and what of it is acknowledged (the cursor
 		// moved past it).
@@ -115,7 +125,7 @@ func newStatsQueries(schema string) statsQueries {
 			 GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $3`,
 	}
 	for _, p := range []*string{&q.record, &q.recordSystem, &q.purge, &q.purgeSystem, &q.series, &q.system,
-		&q.partitionsCreated, &q.leases, &q.topErrors, &q.deadLetterOf} {
+		&q.partitionsCreated, &q.leases, &q.topErrors, &q.deadLetterOf, &q.sampledBuckets, &q.partitionsBefore} {
 		*p = qualify(*p, schema)
 	}
 	return q
@@ -236,6 +246,45 @@ func (s *Store) PartitionsCreated(ctx context.Context, from, to time.Time, bucke
 	})
 	if err != nil {
 		return nil, fmt.Errorf("partitions created: %w", classify(err))
+	}
+	return out, nil
+}
+
+// SampledBuckets returns the buckets of [from, to) in which some broker
+// wrote a process sample (was running), oldest first. The time series list
+// these buckets with zeros where nothing was served, as Queen writes a zero
+// row every minute it runs.
+func (s *Store) SampledBuckets(ctx context.Context, from, to time.Time, bucket time.Duration) ([]time.Time, error) {
+	rows, err := s.pool.Query(ctx, s.sql.stats.sampledBuckets, from, to, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("sampled buckets: %w", classify(err))
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return nil, fmt.Errorf("sampled buckets: %w", classify(err))
+	}
+	return out, nil
+}
+
+// PartitionsBefore counts the partitions of each queue named that were
+// created before at and are still there (queues that do not exist are
+// absent).
+func (s *Store) PartitionsBefore(ctx context.Context, at time.Time, queues []string) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, s.sql.stats.partitionsBefore, at, queues)
+	if err != nil {
+		return nil, fmt.Errorf("partitions before: %w", classify(err))
+	}
+	out := map[string]int64{}
+	var (
+		name string
+		n    int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error {
+		out[name] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("partitions before: %w", classify(err))
 	}
 	return out, nil
 }

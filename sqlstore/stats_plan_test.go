@@ -107,6 +107,20 @@ func TestStatsQueriesReadOnlyTheirRange(t *testing.T) {
 			_, err := obs.PartitionsCreated(ctx, from, to, time.Minute, "")
 			return err
 		},
+		"partitions before": func() error {
+			n, err := obs.PartitionsBefore(ctx, from, []string{"ns0.q0", "ns1.q1"})
+			if err == nil && (n["ns0.q0"] == 0 || n["ns1.q1"] == 0 || len(n) != 2) {
+				t.Errorf("partitions before: %v", n)
+			}
+			return err
+		},
+		"sampled buckets": func() error {
+			bs, err := obs.SampledBuckets(ctx, from, to, 5*time.Minute)
+			if err == nil && len(bs) < 12 {
+				t.Errorf("sampled buckets: %d of 5 minutes in an hour", len(bs))
+			}
+			return err
+		},
 		"leases": func() error {
 			l, err := obs.Leases(ctx)
 			if err == nil && (l.Active != 10 || l.BatchSize != 100) {

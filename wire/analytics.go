@@ -226,6 +226,9 @@ func (s *Server) handleStatus(ctx *fasthttp.RequestCtx) {
 	for k := range brokerAt {
 		buckets[k] = true
 	}
+	for k := range sys { // a broker ran: a zero bucket when nothing was served
+		buckets[k] = true
+	}
 	keys := make([]int64, 0, len(buckets))
 	for k := range buckets {
 		keys = append(keys, k)
@@ -251,8 +254,9 @@ func (s *Server) handleStatus(ctx *fasthttp.RequestCtx) {
 			"popMessages": c.PopMessages, "ingestedPerSecond": perSecond(c.PushMessages, bm),
 			"processedPerSecond": perSecond(processed, bm), "popPerSecond": perSecond(c.PopMessages, bm),
 			"avgLagMs": avgLag(c), "maxLagMs": maxLag(c),
-			"avgEventLoopLagMs": nil, "maxEventLoopLagMs": nil, "minFreeSlots": sb.minFreeSlots(),
-			"dbErrors": bc.DBErrors, "ackFailed": c.AckFailed, "dlqCount": c.DLQ,
+			"avgEventLoopLagMs": sb.avgOver(schedMean, 1), "maxEventLoopLagMs": sb.maxOf(schedP99),
+			"minFreeSlots": sb.minFreeSlots(),
+			"dbErrors": bc.DBErrors, "ackFailed": c.AckFailed, "ackRefused": c.AckRefused, "dlqCount": c.DLQ,
 			"queenCpuUserPct": sb.avgOver(func(x *reginatype.SystemSample) reginatype.Leaf { return x.CPUUser }, 0.01),
 			"queenCpuSysPct":  sb.avgOver(func(x *reginatype.SystemSample) reginatype.Leaf { return x.CPUSystem }, 0.01),
 			"queenRssMb":      sb.avgOver(func(x *reginatype.SystemSample) reginatype.Leaf { return x.RSSBytes }, 1.0/(1<<20)),
@@ -302,7 +306,7 @@ func (s *Server) handleStatus(ctx *fasthttp.RequestCtx) {
 			"topErrors": topErrors},
 		"workers": workers,
 		"errors": map[string]any{"dbErrors": brokerTotal.DBErrors, "ackFailed": queueTotal.AckFailed,
-			"dlqMessages": queueTotal.DLQ},
+			"ackRefused": queueTotal.AckRefused, "dlqMessages": queueTotal.DLQ},
 		"statsAge": s.stats.age(time.Now()),
 		// Regina's own figures.
 		"timestamp": o.Timestamp, "uptimeSeconds": int64(time.Since(s.started).Seconds()),
@@ -364,16 +368,19 @@ func (s *Server) workers(ctx *fasthttp.RequestCtx, now time.Time, span time.Dura
 	for i, n := range names {
 		smp := per[n]
 		out = append(out, map[string]any{"hostname": n, "workerId": i,
-			"avgEventLoopLagMs": nil, "maxEventLoopLagMs": nil,
+			"avgEventLoopLagMs": leafAvg(schedMean(smp)), "maxEventLoopLagMs": leafMax(schedP99(smp)),
 			"freeSlots": smp.PoolMax.Last - smp.PoolActive.Max, "dbConnections": smp.PoolActive.Max,
-			"jobQueueSize": smp.MailboxDepth.Max, "backoffSize": nil, "messagesProcessed": processed[n],
-			"lastSeen": bucketTime(last[n])})
+			"jobQueueSize": max(smp.MailboxPeak.Max, smp.MailboxDepth.Max), "backoffSize": nil,
+			"messagesProcessed": processed[n], "lastSeen": bucketTime(last[n])})
 	}
 	return out, true
 }
 
 // handleQueueOps serves GET /api/v1/analytics/queue-ops (from, to, queue):
-// one row per (bucket, queue), oldest first.
+// one row per (bucket, queue), oldest first, for every queue served or
+// given a partition in the range (and the queue asked for, when it
+// exists), in every bucket where some broker ran: zeros where nothing was
+// served.
 func (s *Server) handleQueueOps(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
 	from, to, bm, err := statsWindow(args, time.Hour)
@@ -392,55 +399,87 @@ func (s *Server) handleQueueOps(ctx *fasthttp.RequestCtx) {
 		s.writeCoreError(ctx, err)
 		return
 	}
+	sampled, err := s.b.Stats.SampledBuckets(ctx, from, to, bucket)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
 	type key struct {
 		b int64
 		q string
 	}
+	served := map[key]*reginatype.StatCounters{}
 	made := map[key]int64{}
-	for _, c := range created {
-		made[key{c.Bucket.Unix(), c.Queue}] = c.Count
-	}
-	seen := map[string]bool{}
-	queues := []string{}
-	series := make([]map[string]any, 0, len(pts))
+	buckets := map[int64]bool{}
+	names := map[string]bool{}
 	for i := range pts {
-		p := &pts[i]
-		c := &p.StatCounters
-		k := key{p.Bucket.Unix(), p.Queue}
-		if !seen[p.Queue] {
-			seen[p.Queue] = true
-			queues = append(queues, p.Queue)
-		}
-		n := made[k]
-		delete(made, k)
-		series = append(series, queueOpsRow(p.Bucket, p.Queue, c, n, bm))
+		k := key{pts[i].Bucket.Unix(), pts[i].Queue}
+		served[k] = &pts[i].StatCounters
+		buckets[k.b], names[k.q] = true, true
 	}
-	// Buckets where partitions were created but nothing was served.
-	for k, n := range made {
-		if !seen[k.q] {
-			seen[k.q] = true
-			queues = append(queues, k.q)
-		}
-		series = append(series, queueOpsRow(time.Unix(k.b, 0), k.q, &reginatype.StatCounters{}, n, bm))
+	for _, c := range created {
+		k := key{c.Bucket.Unix(), c.Queue}
+		made[k] = c.Count
+		buckets[k.b], names[k.q] = true, true
 	}
-	sort.SliceStable(series, func(i, j int) bool {
-		bi, bj := series[i]["bucket"].(string), series[j]["bucket"].(string) //nolint:forcetypeassert // set above
-		if bi != bj {
-			return bi < bj
-		}
-		return series[i]["queueName"].(string) < series[j]["queueName"].(string) //nolint:forcetypeassert // set above
-	})
+	for _, b := range sampled {
+		buckets[b.Unix()] = true
+	}
+	if queue != "" {
+		names[queue] = true // kept below only if it has partitions
+	}
+	queues := make([]string, 0, len(names))
+	for q := range names {
+		queues = append(queues, q)
+	}
+	before, err := s.b.Stats.PartitionsBefore(ctx, from, queues)
+	if err != nil {
+		s.writeCoreError(ctx, err)
+		return
+	}
+	if _, ok := before[queue]; queue != "" && !ok && len(pts) == 0 && len(created) == 0 {
+		queues = queues[:0] // an unknown queue (or one without partitions) and nothing served
+	}
 	sort.Strings(queues)
+	keys := sortedKeys(buckets)
+	series := make([]map[string]any, 0, len(keys)*len(queues))
+	count := before // partitions so far, per queue
+	for _, b := range keys {
+		for _, q := range queues {
+			k := key{b, q}
+			c := served[k]
+			if c == nil {
+				c = &reginatype.StatCounters{}
+			}
+			count[q] += made[k]
+			series = append(series, queueOpsRow(time.Unix(b, 0), q, c, made[k], count[q], bm))
+		}
+	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"timeRange": timeRangeView(from, to), "bucketMinutes": bm,
 		"queues": queues, "series": series})
 }
 
-func queueOpsRow(b time.Time, queue string, c *reginatype.StatCounters, created int64, bm int) map[string]any {
+// sortedKeys returns the keys of set in ascending order.
+func sortedKeys(set map[int64]bool) []int64 {
+	keys := make([]int64, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	return keys
+}
+
+func queueOpsRow(b time.Time, queue string, c *reginatype.StatCounters, created, partitions int64,
+	bm int) map[string]any {
+	var count any
+	if partitions > 0 {
+		count = partitions
+	}
 	return map[string]any{"bucket": bucketTime(b), "queueName": queue,
 		"pushRequests": c.PushRequests, "pushMessages": c.PushMessages, "popMessages": c.PopMessages,
 		"popEmpty": c.PopEmpty, "ackRequests": c.AckRequests, "ackSuccess": c.AckSuccess, "ackFailed": c.AckFailed,
-		"transactions": c.Transactions, "partitionsCreated": created, "partitionsDeleted": nil,
-		"partitionCount": nil, "avgLagMs": avgLag(c), "maxLagMs": maxLag(c),
+		"ackRefused": c.AckRefused, "transactions": c.Transactions, "partitionsCreated": created,
+		"partitionsDeleted": nil, "partitionCount": count, "avgLagMs": avgLag(c), "maxLagMs": maxLag(c),
 		"pushPerSecond": perSecond(c.PushMessages, bm), "popPerSecond": perSecond(c.PopMessages, bm),
 		"ackPerSecond": perSecond(c.AckSuccess+c.AckFailed, bm), "emptyPerSecond": perSecond(c.PopEmpty, bm),
 		"parkedCount": round2(float64(c.ParkedMs) / float64(bm*60000))}
@@ -514,6 +553,11 @@ func (s *Server) handleWorkerMetrics(ctx *fasthttp.RequestCtx) {
 		v[1] = &bpts[i].StatCounters
 		at[bpts[i].Bucket.Unix()] = v
 	}
+	for k := range sys { // a broker ran: a zero bucket when nothing was served
+		if _, ok := at[k]; !ok {
+			at[k] = [2]*reginatype.StatCounters{}
+		}
+	}
 	keys := make([]int64, 0, len(at))
 	for k := range at {
 		keys = append(keys, k)
@@ -537,14 +581,14 @@ func (s *Server) handleWorkerMetrics(ctx *fasthttp.RequestCtx) {
 			"pushMessages": q.PushMessages, "popMessages": q.PopMessages, "ackMessages": acks,
 			"pushRequests": b.PushRequests, "popRequests": b.PopRequests, "ackRequests": b.AckRequests,
 			"jobsDone": nil, "pushPerSecond": perSecond(q.PushMessages, bm), "popPerSecond": perSecond(q.PopMessages, bm),
-			"ackPerSecond": perSecond(acks, bm), "avgEventLoopLagMs": nil, "maxEventLoopLagMs": nil,
-			"avgFreeSlots": sb.avgFree(), "minFreeSlots": sb.minFreeSlots(),
+			"ackPerSecond": perSecond(acks, bm), "avgEventLoopLagMs": sb.avgOver(schedMean, 1),
+			"maxEventLoopLagMs": sb.maxOf(schedP99), "avgFreeSlots": sb.avgFree(), "minFreeSlots": sb.minFreeSlots(),
 			"dbConnections":   sb.avgOver(func(x *reginatype.SystemSample) reginatype.Leaf { return x.PoolActive }, 1),
 			"avgJobQueueSize": sb.avgOver(func(x *reginatype.SystemSample) reginatype.Leaf { return x.MailboxDepth }, 1),
-			"maxJobQueueSize": sb.maxOf(func(x *reginatype.SystemSample) reginatype.Leaf { return x.MailboxDepth }),
+			"maxJobQueueSize": sb.maxOf(jobQueuePeak),
 			"backoffSize":     round2(float64(q.ParkedMs) / float64(bm*60000)),
 			"avgLagMs":        avgLag(q), "maxLagMs": maxLag(q), "lagCount": q.LagCount, "dbErrors": b.DBErrors,
-			"ackSuccess": q.AckSuccess, "ackFailed": q.AckFailed, "dlqCount": q.DLQ})
+			"ackSuccess": q.AckSuccess, "ackFailed": q.AckFailed, "ackRefused": q.AckRefused, "dlqCount": q.DLQ})
 	}
 	queues := make([]map[string]any, 0, len(byQueue))
 	sort.SliceStable(byQueue, func(i, j int) bool { return byQueue[i].PopMessages > byQueue[j].PopMessages })
@@ -560,7 +604,8 @@ func (s *Server) handleWorkerMetrics(ctx *fasthttp.RequestCtx) {
 		"summary": map[string]any{"totalPushMessages": sum.PushMessages, "totalPopMessages": sum.PopMessages,
 			"totalAckMessages": sum.AckSuccess + sum.AckFailed, "totalPushRequests": bsum.PushRequests,
 			"totalPopRequests": bsum.PopRequests, "totalAckRequests": bsum.AckRequests,
-			"totalDbErrors": bsum.DBErrors, "totalAckFailed": sum.AckFailed, "totalDlq": sum.DLQ,
+			"totalDbErrors": bsum.DBErrors, "totalAckFailed": sum.AckFailed, "totalAckRefused": sum.AckRefused,
+			"totalDlq": sum.DLQ,
 			"pendingMessages": sum.PushMessages - sum.PopMessages}})
 }
 
@@ -590,10 +635,41 @@ func (b *systemBucket) maxOf(f func(*reginatype.SystemSample) reginatype.Leaf) a
 	best := math.Inf(-1)
 	for _, smp := range b.perInstance {
 		if l := f(smp); l.Count > 0 && l.Max > best {
-			best, out = l.Max, l.Max
+			best, out = l.Max, round2(l.Max)
 		}
 	}
 	return out
+}
+
+// The event-loop figures: the Go scheduler's latency, per second (see
+// reginatype.SystemSample).
+func schedMean(x *reginatype.SystemSample) reginatype.Leaf { return x.SchedLatencyMs }
+func schedP99(x *reginatype.SystemSample) reginatype.Leaf  { return x.SchedLatencyP99Ms }
+
+// jobQueuePeak is the job-queue figure's maximum: the most pushes waiting
+// in the mailboxes at any instant (samples written before the peak was
+// kept have only the depth at each sampling instant).
+func jobQueuePeak(x *reginatype.SystemSample) reginatype.Leaf {
+	if x.MailboxPeak.Count > 0 {
+		return x.MailboxPeak
+	}
+	return x.MailboxDepth
+}
+
+// leafAvg and leafMax are a leaf's average and maximum, nil without
+// samples.
+func leafAvg(l reginatype.Leaf) any {
+	if l.Count == 0 {
+		return nil
+	}
+	return round2(l.Avg)
+}
+
+func leafMax(l reginatype.Leaf) any {
+	if l.Count == 0 {
+		return nil
+	}
+	return round2(l.Max)
 }
 
 // handleRetentionAnalytics serves GET /api/v1/analytics/retention (from,

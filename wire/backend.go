@@ -120,11 +120,21 @@ type StatsStore interface {
 	SystemSamples(ctx context.Context, from, to time.Time) ([]reginatype.SystemMinute, error)
 	PartitionsCreated(ctx context.Context, from, to time.Time, bucket time.Duration,
 		queue string) ([]reginatype.BucketCount, error)
+	PartitionsBefore(ctx context.Context, at time.Time, queues []string) (map[string]int64, error)
+	SampledBuckets(ctx context.Context, from, to time.Time, bucket time.Duration) ([]time.Time, error)
 	Leases(ctx context.Context) (reginatype.LeaseSummary, error)
 	TopDLQErrors(ctx context.Context, from, to time.Time, limit int) ([]reginatype.ErrorCount, error)
 	// PostgresStats is a snapshot of the database's own statistics for the
 	// broker's schema (GET /api/v1/analytics/postgres-stats).
 	PostgresStats(ctx context.Context) (map[string]any, error)
+}
+
+// Pipeline reports the push pipeline's backlog for the status views'
+// job-queue figures (see actor.Registry.MailboxPeak).
+type Pipeline interface {
+	// MailboxPeak returns the most push items waiting in the mailboxes at
+	// any instant since the previous call.
+	MailboxPeak() int
 }
 
 // Pinger checks the database.
@@ -155,6 +165,7 @@ type Backend struct {
 	Pinger       Pinger
 	Readiness    Readiness
 	Maintenance  Maintenance
+	Pipeline     Pipeline
 }
 
 // mustBeComplete panics naming the first nil field.
@@ -168,7 +179,7 @@ func (b *Backend) mustBeComplete() {
 		{"QueueDeleter", b.QueueDeleter == nil}, {"Admin", b.Admin == nil}, {"Groups", b.Groups == nil},
 		{"Traces", b.Traces == nil}, {"Streams", b.Streams == nil}, {"Cycler", b.Cycler == nil},
 		{"Stats", b.Stats == nil}, {"Pinger", b.Pinger == nil}, {"Readiness", b.Readiness == nil},
-		{"Maintenance", b.Maintenance == nil},
+		{"Maintenance", b.Maintenance == nil}, {"Pipeline", b.Pipeline == nil},
 	} {
 		if f.nil {
 			panic("wire.New: Backend." + f.name + " is nil")

@@ -19,6 +19,7 @@ type nilBackend struct {
 	Pinger
 	readiness
 	Maintenance
+	Pipeline
 }
 
 // readiness names Readiness so that its method is not shadowed by the
@@ -30,5 +31,5 @@ func newNilBackend() Backend {
 	n := nilBackend{}
 	return Backend{Pusher: n, Popper: n, Acker: n, Transactor: n, Replayer: n, QueueDeleter: n, Admin: n,
 		Groups: n, Traces: n, Streams: n, Cycler: n, Stats: n, Pinger: n, Readiness: n,
-		Maintenance: n}
+		Maintenance: n, Pipeline: n}
 }

@@ -38,6 +38,7 @@ type statsAcc struct {
 		user, syst time.Duration
 	}
 	lastParked time.Time
+	sched      schedLatency
 	// lastFlush is when the counters were last written (zero: never).
 	lastFlush time.Time
 
@@ -275,32 +276,37 @@ func (s *Server) countPop(queue string, res *reginatype.PopResult) {
 
 // countAcks counts one ack request's results per queue.
 func (s *Server) countAcks(res []reginatype.AckResult) {
-	type qc struct{ ok, failed, dlq int64 }
-	by := map[string]*qc{}
+	by := map[string]*reginatype.StatCounters{}
 	for i := range res {
 		c := by[res[i].QueueName]
 		if c == nil {
-			c = &qc{}
+			c = &reginatype.StatCounters{AckRequests: 1}
 			by[res[i].QueueName] = c
 		}
-		if res[i].Success {
-			c.ok++
-		} else {
-			c.failed++
-		}
-		if res[i].DLQ {
-			c.dlq++
-		}
+		countAck(c, &res[i])
 	}
 	for q, c := range by {
-		s.stats.add(q, func(sc *reginatype.StatCounters) {
-			sc.AckRequests++
-			sc.AckSuccess += c.ok
-			sc.AckFailed += c.failed
-			sc.DLQ += c.dlq
-		})
+		s.stats.add(q, func(sc *reginatype.StatCounters) { sc.Add(c) })
+		s.metrics.AckResults(q, c.AckSuccess, c.AckFailed, c.AckRefused)
 	}
 	s.stats.add("", func(sc *reginatype.StatCounters) { sc.AckRequests++ })
+}
+
+// countAck counts one ack result: applied, refused (its lease had already
+// been released: the message is delivered again) or failed; and whether it
+// dead-lettered the message.
+func countAck(c *reginatype.StatCounters, r *reginatype.AckResult) {
+	switch {
+	case r.Success:
+		c.AckSuccess++
+	case r.Refused:
+		c.AckRefused++
+	default:
+		c.AckFailed++
+	}
+	if r.DLQ {
+		c.DLQ++
+	}
 }
 
 // countTransaction counts a committed transaction on every queue it
@@ -326,18 +332,11 @@ func (s *Server) countTransaction(res *reginatype.TxnResult) {
 		}
 	}
 	for i := range res.Acks {
-		c := at(res.Acks[i].QueueName)
-		if res.Acks[i].Success {
-			c.AckSuccess++
-		} else {
-			c.AckFailed++
-		}
-		if res.Acks[i].DLQ {
-			c.DLQ++
-		}
+		countAck(at(res.Acks[i].QueueName), &res.Acks[i])
 	}
 	for q, c := range queues {
 		s.stats.add(q, func(sc *reginatype.StatCounters) { sc.Add(c) })
+		s.metrics.AckResults(q, c.AckSuccess, c.AckFailed, c.AckRefused)
 	}
 	s.stats.pushed.add(time.Now(), pushed)
 }
@@ -457,7 +456,12 @@ func (s *Server) sampleProcess(now time.Time) {
 	smp.PoolActive.Observe(float64(st.Pool.Acquired))
 	smp.PoolMax.Observe(float64(st.Pool.Max))
 	smp.MailboxDepth.Observe(float64(st.MailboxDepth))
+	smp.MailboxPeak.Observe(float64(s.b.Pipeline.MailboxPeak()))
 	smp.Actors.Observe(float64(st.Actors))
+	if mean, p99, ok := s.stats.sched.read(); ok {
+		smp.SchedLatencyMs.Observe(mean)
+		smp.SchedLatencyP99Ms.Observe(p99)
+	}
 	s.stats.sample(now, &smp)
 }
 

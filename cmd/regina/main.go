@@ -191,7 +191,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	srv.Start(wire.Backend{
 		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
 		Acker: store, Admin: configuringAdmin{store, reg}, Groups: store, Traces: store, Stats: store, Pinger: store, Maintenance: maint,
-		Streams: store, Cycler: linked, Readiness: readiness{store: store, reg: reg},
+		Streams: store, Cycler: linked, Readiness: readiness{store: store, reg: reg}, Pipeline: reg,
 	})
 
 	if cfg.PprofAddr != "" {
