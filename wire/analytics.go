@@ -256,7 +256,7 @@ func (s *Server) handleStatus(ctx *fasthttp.RequestCtx) {
 			"avgLagMs": avgLag(c), "maxLagMs": maxLag(c),
 			"avgEventLoopLagMs": sb.avgOver(schedMean, 1), "maxEventLoopLagMs": sb.maxOf(schedP99),
 			"minFreeSlots": sb.minFreeSlots(),
-			"dbErrors": bc.DBErrors, "ackFailed": c.AckFailed, "ackRefused": c.AckRefused, "dlqCount": c.DLQ,
+			"dbErrors":     bc.DBErrors, "ackFailed": c.AckFailed, "ackRefused": c.AckRefused, "dlqCount": c.DLQ,
 			"queenCpuUserPct": sb.avgOver(func(x *reginatype.SystemSample) reginatype.Leaf { return x.CPUUser }, 0.01),
 			"queenCpuSysPct":  sb.avgOver(func(x *reginatype.SystemSample) reginatype.Leaf { return x.CPUSystem }, 0.01),
 			"queenRssMb":      sb.avgOver(func(x *reginatype.SystemSample) reginatype.Leaf { return x.RSSBytes }, 1.0/(1<<20)),
@@ -605,7 +605,7 @@ func (s *Server) handleWorkerMetrics(ctx *fasthttp.RequestCtx) {
 			"totalAckMessages": sum.AckSuccess + sum.AckFailed, "totalPushRequests": bsum.PushRequests,
 			"totalPopRequests": bsum.PopRequests, "totalAckRequests": bsum.AckRequests,
 			"totalDbErrors": bsum.DBErrors, "totalAckFailed": sum.AckFailed, "totalAckRefused": sum.AckRefused,
-			"totalDlq": sum.DLQ,
+			"totalDlq":        sum.DLQ,
 			"pendingMessages": sum.PushMessages - sum.PopMessages}})
 }
 
