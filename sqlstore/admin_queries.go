@@ -137,8 +137,9 @@ func newAdminQueries(schema string) adminQueries {
 		// up to and including each segment, so only the segments
 		// overlapping [offset, offset+limit) are read. $9 offset, $10 limit.
 		messagesPage: `WITH ` + msgSegments + `,
-			w AS (SELECT f.*, sum(f.m) OVER (ORDER BY f.created_at DESC, f.partition_id DESC,
-			                                       f.first_offset DESC) AS upto
+			w AS (SELECT f.partition_id, f.first_offset, f.frame_count, f.m, f.pname, f.qname, f.namespace,
+			             f.task, f.done_to, f.busy_to,
+			             sum(f.m) OVER (ORDER BY f.created_at DESC, f.partition_id DESC, f.first_offset DESC) AS upto
 			        FROM f WHERE f.m > 0)
 			SELECT w.partition_id, w.first_offset, w.frame_count, (w.upto - w.m)::bigint, s.frames,
 			       w.pname, w.qname, w.namespace, w.task, w.done_to, w.busy_to,

@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -465,7 +466,7 @@ func sortedKeys(set map[int64]bool) []int64 {
 	for k := range set {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	slices.Sort(keys)
 	return keys
 }
 
