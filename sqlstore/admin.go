@@ -168,14 +168,22 @@ func (s *Store) ListMessages(ctx context.Context, f reginatype.MessageFilter) ([
 		total int64
 	)
 	args := []any{nullText(f.Queue), nullText(f.Partition), nullText(f.Namespace), nullText(f.Task),
-		nullTime(f.From), nullTime(f.To), reginatype.QueueModeGroup, nullText(f.Status)}
+		nullTime(f.From), nullTime(f.To)}
+	count, page := s.sql.admin.messagesCount, s.sql.admin.messagesPage
+	pageArgs := append(args[:len(args):len(args)], reginatype.QueueModeGroup)
+	if f.Status != "" {
+		count, page = s.sql.admin.messagesCountStatus, s.sql.admin.messagesPageStatus
+		args = append(args, reginatype.QueueModeGroup, f.Status)
+		pageArgs = args
+	}
+	pageArgs = append(pageArgs[:len(pageArgs):len(pageArgs)], int64(f.Offset), int64(f.Limit))
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			out = nil
-			if err := tx.QueryRow(ctx, s.sql.admin.messagesCount, args...).Scan(&total); err != nil {
+			if err := tx.QueryRow(ctx, count, args...).Scan(&total); err != nil {
 				return err
 			}
-			rows, err := tx.Query(ctx, s.sql.admin.messagesPage, append(args, int64(f.Offset), int64(f.Limit))...)
+			rows, err := tx.Query(ctx, page, pageArgs...)
 			if err != nil {
 				return err
 			}

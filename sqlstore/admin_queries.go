@@ -6,15 +6,19 @@ type adminQueries struct {
 	explainResolve, explainProbe                      string
 	adminNow, adminQueues, adminParts, adminConsumers string
 	messagesCount, messagesPage, messageAt            string
+	// The list with a status filter (see msgStatusSegments).
+	messagesCountStatus, messagesPageStatus string
 }
 
-// A message's status (Queen's, see reginatype.MessageStatus) follows from
-// its offset and two bounds of its partition: below doneTo it is
+// A message's status (Queen's, see reginatype.MessageDeadLetter) follows
+// from its offset and two bounds of its partition: below doneTo it is
 // completed (below queue mode's cursor; without queue mode, below every
 // named group's cursor; nothing without any group), below busyTo
 // processing (under queue mode's live lease), pending after that; a dead
-// letter of any group is dead_letter whatever its offset. statusBounds
-// joins what they need to a partition p; group is queue mode's name.
+// letter of any group is dead_letter whatever its offset. Both need the
+// partition p's queue-mode cursor qm and its named groups' lowest cursor
+// ng.cur: statusBounds joins them to a few rows (group is queue mode's
+// name); msgStatusSegments to many at once.
 func statusBounds(group string) string {
 	return `
 		  LEFT JOIN queen.consumers qm ON qm.partition_id = p.id AND qm.consumer_group = ` + group + ` AND qm.started
@@ -26,42 +30,73 @@ const (
 	doneTo = `coalesce(qm.cursor_offset, ng.cur, 0)`
 	busyTo = `CASE WHEN qm.lease_id IS NOT NULL AND qm.lease_expires_at > now()
 		            THEN greatest(qm.lease_to, qm.cursor_offset) ELSE ` + doneTo + ` END`
+	// The messages list's filters: $1 queue, $2 partition, $3 namespace,
+	// $4 task (NULL matches everything).
+	msgQueueFilter = `($1::text IS NULL OR q.name = $1) AND ($2::text IS NULL OR p.name = $2)
+		     AND ($3::text IS NULL OR q.namespace = $3) AND ($4::text IS NULL OR q.task = $4)`
+	// $5 from, $6 to: the segments' stored time (NULL: unbounded).
+	msgTimeFilter = `($5::timestamptz IS NULL OR s.created_at >= $5) AND ($6::timestamptz IS NULL OR s.created_at <= $6)`
+	// The page of a list ordered newest first: w holds the filtered
+	// segments with upto, the messages selected up to and including each,
+	// and m, those of the segment; the page [$off, $off+$lim) overlaps the
+	// segments read. Each comes with its partition's names, status bounds
+	// and dead-lettered offsets.
+	msgPageColumns = `s.partition_id, s.first_offset, s.frame_count, (w.upto - w.m)::bigint, s.frames,
+		       p.name, q.name, q.namespace, q.task, ` + doneTo + `, ` + busyTo + `,
+		       coalesce((SELECT array_agg(DISTINCT d.msg_offset) FROM queen.dlq d
+		                  WHERE d.partition_id = s.partition_id AND d.msg_offset >= s.first_offset
+		                    AND d.msg_offset < s.first_offset + s.frame_count), '{}')`
 )
 
-// msgSegments (the CTEs st and f) selects the stored segments of the
-// messages list's filters ($1 queue, $2 partition, $3 namespace, $4 task,
-// $5 from, $6 to: NULL matches everything) with their partition's status
-// bounds, and in m how many of their messages have the status $8 (NULL:
-// all). $7 is queue mode's group name. Dead letters are counted per
-// segment through the DLQ's (partition_id, msg_offset) index, only when a
-// status is asked for.
-var msgSegments = `st AS MATERIALIZED (
-		SELECT p.id, p.name AS pname, q.name AS qname, q.namespace, q.task,
-		       ` + doneTo + ` AS done_to, ` + busyTo + ` AS busy_to
+// msgPage reads the page of w; group is queue mode's name, off and lim the
+// page's parameters.
+func msgPage(group, off, lim string) string {
+	return `SELECT ` + msgPageColumns + `
+			  FROM w
+			  JOIN queen.segments s ON s.partition_id = w.partition_id AND s.first_offset = w.first_offset
+			  JOIN queen.partitions p ON p.id = w.partition_id
+			  JOIN queen.queues q ON q.id = p.queue_id` + statusBounds(group) + `
+			 WHERE w.upto > ` + off + ` AND w.upto - w.m < ` + off + `::bigint + ` + lim + `
+			 ORDER BY w.upto`
+}
+
+// msgWindow is upto (see msgPageColumns) over f's segments.
+const msgWindow = `sum(f.m) OVER (ORDER BY f.created_at DESC, f.partition_id DESC, f.first_offset DESC) AS upto`
+
+// msgStatusSegments (the CTEs st, dl and f) selects the stored segments of
+// the list's filters with, in m, how many of their messages have the
+// status $8; $7 is queue mode's name. st bounds every partition the
+// filters select (the named groups' cursors aggregated over the queues
+// selected), dl holds their dead-lettered offsets (through the DLQ's
+// (partition_id, msg_offset) index), joined to the segments by range.
+var msgStatusSegments = `st AS MATERIALIZED (
+		SELECT p.id, ` + doneTo + ` AS done_to, ` + busyTo + ` AS busy_to
 		  FROM queen.partitions p
-		  JOIN queen.queues q ON q.id = p.queue_id` + statusBounds("$7") + `
-		 WHERE ($1::text IS NULL OR q.name = $1) AND ($2::text IS NULL OR p.name = $2)
-		   AND ($3::text IS NULL OR q.namespace = $3) AND ($4::text IS NULL OR q.task = $4)),
+		  JOIN queen.queues q ON q.id = p.queue_id
+		  LEFT JOIN queen.consumers qm ON qm.partition_id = p.id AND qm.consumer_group = $7 AND qm.started
+		  LEFT JOIN (SELECT c.partition_id, min(c.cursor_offset) AS cur FROM queen.consumers c
+		              WHERE c.consumer_group <> $7 AND c.started AND c.queue_id IN (
+		                    SELECT q2.id FROM queen.queues q2
+		                     WHERE ($1::text IS NULL OR q2.name = $1) AND ($3::text IS NULL OR q2.namespace = $3)
+		                       AND ($4::text IS NULL OR q2.task = $4))
+		              GROUP BY 1) ng ON ng.partition_id = p.id
+		 WHERE ` + msgQueueFilter + `),
+	dl AS (SELECT DISTINCT d.partition_id, d.msg_offset FROM queen.dlq d JOIN st ON st.id = d.partition_id),
 	f AS (
-		SELECT s.partition_id, s.first_offset, s.frame_count, s.created_at, st.pname, st.qname, st.namespace,
-		       st.task, st.done_to, st.busy_to,
+		SELECT s.partition_id, s.first_offset, s.created_at,
 		       CASE $8::text
-		         WHEN 'completed' THEN ` + overlap("0", "st.done_to") + ` - dl.done
-		         WHEN 'processing' THEN ` + overlap("st.done_to", "st.busy_to") + ` - dl.busy
-		         WHEN 'pending' THEN ` + overlap("st.busy_to", "s.first_offset + s.frame_count") + ` - (dl.n - dl.done - dl.busy)
-		         WHEN 'dead_letter' THEN dl.n
-		         ELSE s.frame_count END AS m
+		         WHEN 'completed' THEN ` + overlap("0", "st.done_to") + ` - count(dl.msg_offset) FILTER (WHERE dl.msg_offset < st.done_to)
+		         WHEN 'processing' THEN ` + overlap("st.done_to", "st.busy_to") + ` - count(dl.msg_offset) FILTER (
+		                WHERE dl.msg_offset >= st.done_to AND dl.msg_offset < st.busy_to)
+		         WHEN 'pending' THEN ` + overlap("st.busy_to", "s.first_offset + s.frame_count") + ` - count(dl.msg_offset) FILTER (
+		                WHERE dl.msg_offset >= st.busy_to)
+		         ELSE count(dl.msg_offset) END AS m
 		  FROM queen.segments s
 		  JOIN st ON st.id = s.partition_id
-		  CROSS JOIN LATERAL (
-		        SELECT count(DISTINCT d.msg_offset) AS n,
-		               count(DISTINCT d.msg_offset) FILTER (WHERE d.msg_offset < st.done_to) AS done,
-		               count(DISTINCT d.msg_offset) FILTER (WHERE d.msg_offset >= st.done_to
-		                                                     AND d.msg_offset < st.busy_to) AS busy
-		          FROM queen.dlq d
-		         WHERE $8::text IS NOT NULL AND d.partition_id = s.partition_id
-		           AND d.msg_offset >= s.first_offset AND d.msg_offset < s.first_offset + s.frame_count) dl
-		 WHERE ($5::timestamptz IS NULL OR s.created_at >= $5) AND ($6::timestamptz IS NULL OR s.created_at <= $6))`
+		  LEFT JOIN dl ON dl.partition_id = s.partition_id AND dl.msg_offset >= s.first_offset
+		              AND dl.msg_offset < s.first_offset + s.frame_count
+		 WHERE ` + msgTimeFilter + `
+		 GROUP BY s.partition_id, s.first_offset, s.frame_count, s.created_at, st.done_to, st.busy_to)`
 
 // overlap is the number of a segment's offsets (s) in [lo, hi).
 func overlap(lo, hi string) string {
@@ -130,26 +165,28 @@ func newAdminQueries(schema string) adminQueries {
 			  FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
 			 WHERE c.partition_id = ANY($1::uuid[]) AND c.started
 			 ORDER BY c.partition_id, c.consumer_group`,
-		messagesCount: `WITH ` + msgSegments + `
+		// Without a status filter: every message of the segments the
+		// filters select ($1..$6); the page's $7 is queue mode's name, $8
+		// offset, $9 limit.
+		messagesCount: `SELECT coalesce(sum(s.frame_count), 0)::bigint
+			  FROM queen.segments s
+			  JOIN queen.partitions p ON p.id = s.partition_id
+			  JOIN queen.queues q ON q.id = p.queue_id
+			 WHERE ` + msgQueueFilter + ` AND ` + msgTimeFilter,
+		messagesPage: `WITH w AS (
+				SELECT f.partition_id, f.first_offset, f.m, ` + msgWindow + `
+				  FROM (SELECT s.partition_id, s.first_offset, s.created_at, s.frame_count AS m
+				          FROM queen.segments s
+				          JOIN queen.partitions p ON p.id = s.partition_id
+				          JOIN queen.queues q ON q.id = p.queue_id
+				         WHERE ` + msgQueueFilter + ` AND ` + msgTimeFilter + `) f)
+			` + msgPage("$7", "$8", "$9"),
+		// With one ($8); the page's $9 offset, $10 limit.
+		messagesCountStatus: `WITH ` + msgStatusSegments + `
 			SELECT coalesce(sum(f.m), 0)::bigint FROM f`,
-		// Newest first: segments by (created_at, partition, offset)
-		// descending; upto counts the messages the status filter selects
-		// up to and including each segment, so only the segments
-		// overlapping [offset, offset+limit) are read. $9 offset, $10 limit.
-		messagesPage: `WITH ` + msgSegments + `,
-			w AS (SELECT f.partition_id, f.first_offset, f.frame_count, f.m, f.pname, f.qname, f.namespace,
-			             f.task, f.done_to, f.busy_to,
-			             sum(f.m) OVER (ORDER BY f.created_at DESC, f.partition_id DESC, f.first_offset DESC) AS upto
-			        FROM f WHERE f.m > 0)
-			SELECT w.partition_id, w.first_offset, w.frame_count, (w.upto - w.m)::bigint, s.frames,
-			       w.pname, w.qname, w.namespace, w.task, w.done_to, w.busy_to,
-			       coalesce((SELECT array_agg(DISTINCT d.msg_offset) FROM queen.dlq d
-			                  WHERE d.partition_id = w.partition_id AND d.msg_offset >= w.first_offset
-			                    AND d.msg_offset < w.first_offset + w.frame_count), '{}')
-			  FROM w
-			  JOIN queen.segments s ON s.partition_id = w.partition_id AND s.first_offset = w.first_offset
-			 WHERE w.upto > $9 AND w.upto - w.m < $9::bigint + $10
-			 ORDER BY w.upto`,
+		messagesPageStatus: `WITH ` + msgStatusSegments + `,
+			w AS (SELECT f.partition_id, f.first_offset, f.m, ` + msgWindow + ` FROM f WHERE f.m > 0)
+			` + msgPage("$7", "$9", "$10"),
 		// The segment covering an offset, with its partition's names and
 		// status bounds.
 		messageAt: `SELECT s.first_offset, s.frame_count, s.frames, p.name, q.name, q.namespace, q.task,
@@ -162,7 +199,8 @@ func newAdminQueries(schema string) adminQueries {
 			 WHERE p.id = $1`,
 	}
 	for _, p := range []*string{&q.explainResolve, &q.explainProbe, &q.adminNow, &q.adminQueues, &q.adminParts,
-		&q.adminConsumers, &q.messagesCount, &q.messagesPage, &q.messageAt} {
+		&q.adminConsumers, &q.messagesCount, &q.messagesPage, &q.messageAt, &q.messagesCountStatus,
+		&q.messagesPageStatus} {
 		*p = qualify(*p, schema)
 	}
 	return q
