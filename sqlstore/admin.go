@@ -170,13 +170,12 @@ func (s *Store) ListMessages(ctx context.Context, f reginatype.MessageFilter) ([
 	args := []any{nullText(f.Queue), nullText(f.Partition), nullText(f.Namespace), nullText(f.Task),
 		nullTime(f.From), nullTime(f.To)}
 	count, page := s.sql.admin.messagesCount, s.sql.admin.messagesPage
-	pageArgs := append(args[:len(args):len(args)], reginatype.QueueModeGroup)
+	pageArgs := slices.Concat(args, []any{reginatype.QueueModeGroup, int64(f.Offset), int64(f.Limit)})
 	if f.Status != "" {
 		count, page = s.sql.admin.messagesCountStatus, s.sql.admin.messagesPageStatus
-		args = append(args, reginatype.QueueModeGroup, f.Status)
-		pageArgs = args
+		args = slices.Concat(args, []any{reginatype.QueueModeGroup, f.Status})
+		pageArgs = slices.Concat(args, []any{int64(f.Offset), int64(f.Limit)})
 	}
-	pageArgs = append(pageArgs[:len(pageArgs):len(pageArgs)], int64(f.Offset), int64(f.Limit))
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			out = nil
