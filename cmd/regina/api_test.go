@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -294,14 +292,11 @@ func TestRetentionPurgesTheSidecar(t *testing.T) {
 	require.Equal(t, int64(1), d.int(t, `SELECT count(*) FROM queen.log_txns`), "the new push's row stays")
 }
 
-// TestBinaryServesWithOnlyDatabaseURLAndPort builds bin/regina, runs it with
-// just those two variables on a database of its own, pushes, and stops it
-// with SIGTERM.
+// TestBinaryServesWithOnlyDatabaseURLAndPort runs the broker's main as a
+// process (brokerProcess) with just those two variables on a database of its
+// own, pushes, and stops it with SIGTERM.
 func TestBinaryServesWithOnlyDatabaseURLAndPort(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, sqlstoretest.URL(t))
 	require.NoError(t, err)
@@ -316,16 +311,12 @@ func TestBinaryServesWithOnlyDatabaseURLAndPort(t *testing.T) {
 	require.NoError(t, err)
 	dbURL := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, dbName)
 
-	bin := filepath.Join(t.TempDir(), "regina")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 
-	cmd := exec.Command(bin)
-	cmd.Env = []string{"DATABASE_URL=" + dbURL, fmt.Sprintf("PORT=%d", port), "PATH=" + os.Getenv("PATH")}
+	cmd := brokerProcess(t, "DATABASE_URL="+dbURL, fmt.Sprintf("PORT=%d", port))
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	require.NoError(t, cmd.Start())

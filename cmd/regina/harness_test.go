@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +23,15 @@ import (
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
 
+// runMainEnv, set to 1 in a process's environment, makes this test binary
+// run the broker's main instead of the tests (see brokerProcess).
+const runMainEnv = "REGINA_TEST_RUN_MAIN"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m,
 		// pgxpool's background health check and fasthttp's worker pool
 		// cleaner can outlive a test by a tick.
@@ -33,6 +42,20 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 	)
+}
+
+// brokerProcess is a command that runs the broker's main, as bin/regina
+// would, with exactly env (and PATH): this test binary itself, told by
+// runMainEnv to be the broker. Tests that signal or kill a broker process
+// use it instead of building bin/regina, which would cost every run a link
+// of the whole broker.
+func brokerProcess(t *testing.T, env ...string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(self)
+	cmd.Env = append(env, runMainEnv+"=1", "PATH="+os.Getenv("PATH"))
+	return cmd
 }
 
 // testBroker is a broker started in-process by run(), serving on a loopback

@@ -7,9 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -29,16 +27,16 @@ type procBroker struct {
 	logs   *strings.Builder
 }
 
-// startProcBroker starts bin on schema and waits until it is healthy.
-func startProcBroker(t *testing.T, bin, schema string) *procBroker {
+// startProcBroker starts a broker process (brokerProcess) on schema and waits
+// until it is healthy.
+func startProcBroker(t *testing.T, schema string) *procBroker {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	require.NoError(t, ln.Close())
-	cmd := exec.Command(bin)
-	cmd.Env = []string{"DATABASE_URL=" + sqlstoretest.URL(t), fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1",
-		"QUEEN_SCHEMA=" + schema, "DB_POOL_SIZE=4", "PATH=" + os.Getenv("PATH")}
+	cmd := brokerProcess(t, "DATABASE_URL="+sqlstoretest.URL(t), fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1",
+		"QUEEN_SCHEMA="+schema, "DB_POOL_SIZE=4")
 	p := &procBroker{cmd: cmd, exited: make(chan error, 1), logs: &strings.Builder{}}
 	cmd.Stderr = p.logs
 	require.NoError(t, cmd.Start())
@@ -147,15 +145,9 @@ func (r *windowRunner) cycleBody(t *testing.T, b *testBroker, p popResponse) map
 // open window's state outlives the broker.
 func TestStreamsSurviveBrokerKill(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "regina")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
 	schema := sqlstoretest.NewSchema(t)
 
-	b := startProcBroker(t, bin, schema)
+	b := startProcBroker(t, schema)
 	pushN(t, b.testBroker, "events", "user-1", 1, 12) // payload n = 1..12
 	r := &windowRunner{group: "streams.sums"}
 	r.qid = b.register(t, "sums", "events", "h", false)["query_id"].(string)
@@ -172,7 +164,7 @@ func TestStreamsSurviveBrokerKill(t *testing.T) {
 	// n 1..3: window 0 open. Kill between cycles; its state survives.
 	step(b)
 	b.kill(t)
-	b = startProcBroker(t, bin, schema)
+	b = startProcBroker(t, schema)
 	p46 := pop(b)
 	rows, _ := b.state(t, shard(r.qid, p46.PartitionID))
 	require.JSONEq(t, `{"acc":{"sum":6,"count":3},"windowEnd":4}`, string(rows[windowKey(0)]))
@@ -180,7 +172,7 @@ func TestStreamsSurviveBrokerKill(t *testing.T) {
 	// n 4..6 are popped; kill the broker before their cycle. The lease is
 	// in the database, so the next broker commits the cycle under it.
 	b.kill(t)
-	b = startProcBroker(t, bin, schema)
+	b = startProcBroker(t, schema)
 	m := b.cycle(t, r.cycleBody(t, b.testBroker, p46)) // closes window 0 (sum 10)
 	require.Equal(t, true, m["success"], "%v", m)
 
@@ -199,7 +191,7 @@ func TestStreamsSurviveBrokerKill(t *testing.T) {
 	}()
 	b.kill(t)
 	<-sent
-	b = startProcBroker(t, bin, schema)
+	b = startProcBroker(t, schema)
 	m = b.cycle(t, body)
 	if m["success"] != true {
 		require.Equal(t, "Invalid or expired lease", m["error"], "the first attempt committed and released the lease")
