@@ -182,7 +182,10 @@ func TestJWKSOutages(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := newJWKSServer(t, jwkOf(t, &testRSA.PublicKey, map[string]any{"kid": "r1"}))
-			a := jwksAuth(t, srv.URL, Config{JWKSTimeout: 300 * time.Millisecond})
+			// One second, not less: on a loaded machine a good fetch can
+			// take longer than a few hundred ms, and a start without the
+			// keys would fail the first check below.
+			a := jwksAuth(t, srv.URL, Config{JWKSTimeout: time.Second})
 			requireAccepted(t, a, rsToken(t, testRSA, "r1"))
 			fail(t, srv)
 
@@ -219,7 +222,7 @@ func TestJWKSUnreachableAtStart(t *testing.T) {
 	t.Parallel()
 	srv := newJWKSServer(t)
 	srv.answer(http.StatusBadGateway, nil)
-	a := jwksAuth(t, srv.URL, Config{JWKSTimeout: 300 * time.Millisecond})
+	a := jwksAuth(t, srv.URL, Config{JWKSTimeout: time.Second})
 	requireDenied(t, a, rsToken(t, testRSA, "r1"), ReadOnly, 401, MsgInvalidSignature)
 	srv.setKeys(t, jwkOf(t, &testRSA.PublicKey, map[string]any{"kid": "r1"}))
 	requireAccepted(t, a, rsToken(t, testRSA, "r1"))
