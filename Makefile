@@ -16,7 +16,7 @@ FUZZTIME    ?= 30s
 
 ENSURE_PG := scripts/ensure-postgres.sh
 
-.PHONY: help build run test test/race bench fuzz loadtest lint db/stop clean faults soak compare compare/scale
+.PHONY: help build run test test/long test/race bench fuzz loadtest lint lint/gomod db/stop clean clean-db faults soak compare compare/scale
 
 help: ## Show this list of targets
 	@echo 'Usage: make TARGET [VAR=value ...]'
@@ -24,7 +24,7 @@ help: ## Show this list of targets
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {n[++c] = $$1; d[c] = $$2; if (length($$1) > w) w = length($$1)} \
 		END {f = "  %-" w "s  %s\n"; for (i = 1; i <= c; i++) printf f, n[i], d[i]}' $(MAKEFILE_LIST)
 	@echo
-	@echo 'Variables: ARGS (run, loadtest, faults), GOTESTFLAGS (e.g. -race, -run X, -v),'
+	@echo 'Variables: ARGS (run, loadtest, faults), GOTESTFLAGS (e.g. -run X, -v), TEST_PARALLEL (tests at once per package),'
 	@echo '           ITERATIONS (bench), FUZZTIME (fuzz), DURATION (faults, soak, compare), SOAK_PNG,'
 	@echo '           WARMUP ITEMS ROUNDS SCALE_PARTITIONS SCALE_HASHES SCALE_POP SCALE_WINDOW (compare),'
 	@echo '           QUEEN_URL QUEEN_DATABASE (compare: also a Queen server you run),'
@@ -34,14 +34,50 @@ build: ## Build bin/regina and bin/regina-loadtest
 	$(GO) build -o bin/regina ./cmd/regina
 	$(GO) build -o bin/regina-loadtest ./loadtest
 
-run: build ## Build and serve; finds or starts PostgreSQL (ARGS=flags)
-	url=$$($(ENSURE_PG)) && DATABASE_URL="$$url" exec bin/regina $(ARGS)
+# make run serves from a database of its own, "regina" (created if missing),
+# unless DATABASE_URL or PG_DB names one; make test uses "regina_test".
+# make clean-db drops exactly those two (the first only when make run chose
+# it) and removes the throwaway cluster in .data/ if one was started.
+RUN_DB  := $(if $(DATABASE_URL)$(PG_DB),,regina)
+TEST_DB := regina_test
 
-test: ## Run every test against PostgreSQL (GOTESTFLAGS=... adds flags)
-	url=$$($(ENSURE_PG) regina_test) && TEST_DATABASE_URL="$$url" $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) ./...
+run: build ## Build and serve (database "regina" unless DATABASE_URL says otherwise; ARGS=flags)
+	url=$$($(ENSURE_PG) $(RUN_DB)) && DATABASE_URL="$$url" exec bin/regina $(ARGS)
 
-test/race: ## Run every test with the race detector
-	url=$$($(ENSURE_PG) regina_test) && TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) ./...
+clean-db: ## Drop what make run and make test created: databases regina, regina_test, the cluster in .data/
+	$(ENSURE_PG) --drop $(TEST_DB) $(RUN_DB)
+
+# Tests. make test runs every test but the long ones, make test/long exactly
+# those, and .ci/run both. A long test is long by nature (a fault-injection
+# harness starting PostgreSQL clusters and brokers, an end-to-end benchmark
+# run) and says so by its name: TestLong_... (go test -run/-skip select it;
+# nothing else lists them). Any other slow test is made fast by design. The
+# tests wait on PostgreSQL far more than they compute, so each package runs
+# TEST_PARALLEL tests at once (go test's default is the number of cores).
+# Every run prints a line per package, the output of each failure, and one
+# summary line (scripts/testsum); bin/test*.json keep the per-test timings.
+LONG_TESTS    := ^TestLong_
+LONG_PKGS      = $(sort $(dir $(shell grep -rlE --include='*_test.go' '^func TestLong_' .)))
+TEST_PARALLEL ?= 8
+TESTSUM       := bin/testsum
+GOTEST         = $(GO) test -json -count=1 -parallel $(TEST_PARALLEL)
+# GOTESTFLAGS=-v shows every test's output, as go test -v does.
+TESTSUM_V      = $(if $(filter -v,$(GOTESTFLAGS)),-v)
+
+$(TESTSUM): $(wildcard scripts/testsum/*.go)
+	$(GO) build -o $@ ./scripts/testsum
+
+test: $(TESTSUM) ## Run every test but the long ones against PostgreSQL (GOTESTFLAGS=... adds flags)
+	url=$$($(ENSURE_PG) $(TEST_DB)) && TEST_DATABASE_URL="$$url" $(GOTEST) -timeout 15m -skip '$(LONG_TESTS)' \
+		$(GOTESTFLAGS) ./... | $(TESTSUM) $(TESTSUM_V) -name 'make test' -json bin/test.json
+
+test/long: $(TESTSUM) ## Run the long tests (TestLong_*: fault injection, end-to-end benchmark runs)
+	url=$$($(ENSURE_PG) $(TEST_DB)) && TEST_DATABASE_URL="$$url" $(GOTEST) -timeout 20m -run '$(LONG_TESTS)' \
+		$(GOTESTFLAGS) $(LONG_PKGS) | $(TESTSUM) $(TESTSUM_V) -name 'make test/long' -json bin/test-long.json
+
+test/race: $(TESTSUM) ## Run every test but the long ones with the race detector
+	url=$$($(ENSURE_PG) $(TEST_DB)) && TEST_DATABASE_URL="$$url" $(GOTEST) -race -timeout 15m -skip '$(LONG_TESTS)' \
+		$(GOTESTFLAGS) ./... | $(TESTSUM) $(TESTSUM_V) -name 'make test/race' -json bin/test-race.json
 
 bench: ## Run the Go benchmarks in ./bench (ITERATIONS=1x)
 	url=$$($(ENSURE_PG) regina_test) && TEST_DATABASE_URL="$$url" $(GO) test -run='^$$' -bench=. -benchtime=$(ITERATIONS) $(GOTESTFLAGS) ./bench/...
@@ -80,8 +116,11 @@ $(NATS_SERVER):
 	mv bin/.nats-install/nats-server $@
 	rmdir bin/.nats-install
 
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (pinned, config in .golangci.yaml)
+lint: $(GOLANGCI_LINT) lint/gomod ## Run golangci-lint (pinned, config in .golangci.yaml) and check go.mod is tidy
 	$(GOLANGCI_LINT) run ./...
+
+lint/gomod: ## Check that go.mod and go.sum are tidy (go mod tidy -diff)
+	@$(GO) mod tidy -diff || { echo 'go.mod or go.sum is not tidy: run go mod tidy' >&2; exit 1; }
 
 db/stop: ## Stop the throwaway PostgreSQL cluster in .data/pg
 	$(ENSURE_PG) --stop

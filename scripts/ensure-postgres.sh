@@ -2,8 +2,12 @@
 # ensure-postgres.sh — find or start a PostgreSQL server for Regina.
 #
 # Usage:
-#   scripts/ensure-postgres.sh [DBNAME]   print a working connection URL for DBNAME
-#   scripts/ensure-postgres.sh --stop     stop the throwaway cluster (if running)
+#   scripts/ensure-postgres.sh [DBNAME]      print a working connection URL for DBNAME
+#   scripts/ensure-postgres.sh --stop        stop the throwaway cluster (if running)
+#   scripts/ensure-postgres.sh --drop DB...  remove what make run and make test made:
+#       stop and delete the throwaway cluster (if one was ever started here),
+#       then drop each DB that exists on the configured server (below), and
+#       nothing else. Fails when the server was named but cannot be reached.
 #
 # Exactly one line goes to stdout: the URL. Everything else goes to stderr,
 # prefixed "ensure-postgres: ".
@@ -48,16 +52,25 @@ LAST_ERR=""   # stderr of the last failed psql call
 # ---------------------------------------------------------------- arguments
 MODE=ensure
 DBNAME=""
+DROP_DBS=()
+USAGE="usage: $0 [DBNAME] | --stop | --drop DB..."
 case "${1:-}" in
 -h | --help)
 	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
 	exit 0
 	;;
 --stop) MODE=stop ;;
--*) die "unknown option: $1 (usage: $0 [DBNAME] | --stop)" ;;
+--drop)
+	MODE=drop
+	shift
+	DROP_DBS=("$@")
+	[[ ${#DROP_DBS[@]} -gt 0 ]] || die "--drop needs the names of the databases to drop ($USAGE)"
+	set --
+	;;
+-*) die "unknown option: $1 ($USAGE)" ;;
 *) DBNAME=${1:-} ;;
 esac
-[[ $# -le 1 ]] || die "too many arguments (usage: $0 [DBNAME] | --stop)"
+[[ $# -le 1 ]] || die "too many arguments ($USAGE)"
 
 # ---------------------------------------------------------------- helpers
 urlencode() {
@@ -424,18 +437,20 @@ fail_all() {
 		"  - or install PostgreSQL (Debian: sudo apt-get install postgresql) and rerun; a throwaway cluster is then made in .data/pg"
 }
 
-# ---------------------------------------------------------------- --stop
-if [[ $MODE == stop ]]; then
+# ------------------------------------------------------- --stop, --drop
+# stop_cluster: stop the throwaway cluster of this repository if it runs.
+# Returns 1 when there is none (PGDATA_DIR is then unset or not a cluster).
+stop_cluster() {
 	if [[ ! -e $REPO/.data/pg && ! -L $REPO/.data/pg ]] &&
 		[[ ! -d /var/tmp/regina-pg-$(printf '%s' "$REPO" | sha1sum | cut -c1-12)/pg ]]; then
 		log "no throwaway cluster in $REPO/.data/pg"
-		exit 0
+		return 1
 	fi
 	setup_owner
 	choose_data_base
 	if ! cluster_exists; then
 		log "no throwaway cluster in $PGDATA_DIR"
-		exit 0
+		return 1
 	fi
 	find_server_bins || die "no pg_ctl found to stop $PGDATA_DIR"
 	if cluster_running; then
@@ -444,6 +459,70 @@ if [[ $MODE == stop ]]; then
 	else
 		log "the throwaway cluster in $PGDATA_DIR is not running"
 	fi
+	return 0
+}
+
+if [[ $MODE == stop ]]; then
+	stop_cluster || true
+	exit 0
+fi
+
+# drop_databases: drop each of DROP_DBS that exists on the configured server.
+drop_databases() {
+	local db admin="" u out n
+	for db in "${DROP_DBS[@]}"; do
+		[[ $db =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]] || die "database name '$db' is not supported"
+	done
+	find_psql
+	if [[ -z $PSQL ]]; then
+		[[ $EXPLICIT -eq 1 ]] && die "psql is not installed: cannot drop ${DROP_DBS[*]} on $CFG_HOST:$CFG_PORT"
+		log "psql is not installed: no server checked for ${DROP_DBS[*]}"
+		return 0
+	fi
+	# Connected to a database that is not being dropped.
+	for db in postgres template1 "$CFG_DB"; do
+		[[ " ${DROP_DBS[*]} " == *" $db "* ]] && continue
+		u=$(url_for_db "$db")
+		if try_psql "$u"; then
+			admin=$u
+			break
+		fi
+	done
+	if [[ -z $admin ]]; then
+		[[ $EXPLICIT -eq 1 ]] && die_explicit "it cannot be reached to drop ${DROP_DBS[*]}: ${LAST_ERR:-no answer}"
+		log "no server answers at $CFG_HOST:$CFG_PORT: no database to drop there"
+		return 0
+	fi
+	for db in "${DROP_DBS[@]}"; do
+		n=$(PGCONNECT_TIMEOUT=$CONNECT_TIMEOUT "$PSQL" -X -w -Atq -v db="$db" -d "$admin" <<<"SELECT count(*) FROM pg_database WHERE datname = :'db'" 2>&1) ||
+			die "could not read the databases of $CFG_HOST:$CFG_PORT: $n"
+		if [[ $n != 1 ]]; then
+			log "no database \"$db\" on $CFG_HOST:$CFG_PORT"
+			continue
+		fi
+		if ! out=$(PGCONNECT_TIMEOUT=$CONNECT_TIMEOUT "$PSQL" -X -w -q -v ON_ERROR_STOP=1 -v db="$db" -d "$admin" 2>&1 <<'SQL'
+SELECT format('DROP DATABASE IF EXISTS %I', :'db') \gexec
+SQL
+		); then
+			die "could not drop database \"$db\" on $CFG_HOST:$CFG_PORT: $(printf '%s' "$out" | head -n 3 | tr -s '\n\t' '  ')" \
+				"If a broker (make run) or a test still uses it, stop it first."
+		fi
+		log "dropped database \"$db\" on $CFG_HOST:$CFG_PORT"
+	done
+	return 0
+}
+
+if [[ $MODE == drop ]]; then
+	# The throwaway cluster first (its databases go with it), so that the
+	# server checked next is never the cluster, even on port 5432.
+	if stop_cluster; then
+		log "deleting the throwaway cluster $PGDATA_DIR"
+		rm -rf "$PGDATA_DIR" "$PGLOG" "$PGSOCK"
+		[[ $DATA_BASE != "$REPO/.data" ]] && rm -rf "$DATA_BASE"
+		rm -f "$REPO/.data/pg" "$REPO/.data/.lock" 2>/dev/null || true
+		rmdir "$REPO/.data" 2>/dev/null || true
+	fi
+	drop_databases
 	exit 0
 fi
 

@@ -146,3 +146,51 @@ func serverAnswers(addr string) bool {
 	c.Close()
 	return true
 }
+
+// --drop (make clean-db) drops the databases it is given that exist on the
+// configured server, says which it did not find, and leaves every other
+// database alone; a named server that cannot be reached is an error.
+func TestEnsurePostgresDropRemovesOnlyTheNamedDatabases(t *testing.T) {
+	t.Parallel()
+	requirePsql(t)
+	if !serverAnswers("127.0.0.1:5432") {
+		t.Skip("no PostgreSQL on 127.0.0.1:5432")
+	}
+	server := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	prefix := "regina_droptest_" + strconv.Itoa(os.Getpid()) + "_"
+	a, keep, missing := prefix+"a", prefix+"keep", prefix+"missing"
+	for _, db := range []string{a, keep} {
+		psql(t, server, "CREATE DATABASE "+db)
+		t.Cleanup(func() { psql(t, server, "DROP DATABASE IF EXISTS "+db) })
+	}
+
+	_, stderr, code, repo := runEnsure(t, map[string]string{"DATABASE_URL": server}, "--drop", a, missing)
+	require.Zero(t, code, "stderr:\n%s", stderr)
+	require.Contains(t, stderr, `dropped database "`+a+`" on 127.0.0.1:5432`)
+	require.Contains(t, stderr, `no database "`+missing+`"`)
+	left := psql(t, server, "SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database WHERE datname LIKE '"+prefix+"%'")
+	require.Equal(t, keep, left, "only the named databases are dropped")
+	_, err := os.Stat(filepath.Join(repo, ".data"))
+	require.True(t, os.IsNotExist(err), "--drop made %s/.data", repo)
+
+	_, stderr, code, _ = runEnsure(t, map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + deadPort(t) + "/postgres"},
+		"--drop", keep)
+	require.NotZero(t, code)
+	require.Contains(t, stderr, "DATABASE_URL names the server")
+	require.Contains(t, stderr, "cannot be reached to drop "+keep)
+	require.Equal(t, keep, psql(t, server, "SELECT datname FROM pg_database WHERE datname = '"+keep+"'"))
+}
+
+// psql runs one statement on url and returns its unaligned output.
+func psql(t *testing.T, url, sql string) string {
+	t.Helper()
+	bin, err := exec.LookPath("psql")
+	if err != nil {
+		m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/psql")
+		require.NotEmpty(t, m, "psql")
+		bin = m[len(m)-1]
+	}
+	out, err := exec.Command(bin, "-X", "-w", "-Atq", "-d", url, "-c", sql).CombinedOutput()
+	require.NoError(t, err, "%s: %s", sql, out)
+	return strings.TrimSpace(string(out))
+}

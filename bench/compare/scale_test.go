@@ -122,7 +122,7 @@ func TestPreloadWritesWhatAPushWould(t *testing.T) {
 
 // The scale mode end to end at toy sizes: every section is written, every
 // plot drawn, and no broker exits by itself.
-func TestScaleFastMode(t *testing.T) {
+func TestLong_ScaleFastMode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs brokers")
 	}

@@ -74,7 +74,7 @@ func TestScaleOnlyDrain(t *testing.T) {
 
 // The drain alone: its section and plot are written, the scale section is
 // left as it was.
-func TestScaleOnlyDrainRun(t *testing.T) {
+func TestLong_ScaleOnlyDrainRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a broker")
 	}

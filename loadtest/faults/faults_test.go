@@ -39,9 +39,9 @@ func lastLine(out string) string {
 	return lines[len(lines)-1]
 }
 
-// TestFaultsShort runs the whole harness in short mode: its own PostgreSQL,
+// TestLong_FaultsShort runs the whole harness in short mode: its own PostgreSQL,
 // real brokers, every fault kind, then the checker. It must end clean.
-func TestFaultsShort(t *testing.T) {
+func TestLong_FaultsShort(t *testing.T) {
 	ctx, cancel := harnessContext(t)
 	defer cancel()
 	o, err := parseFlags([]string{"-short"}, io.Discard)
@@ -98,11 +98,11 @@ func runClean(ctx context.Context, t *testing.T, o options) (string, []string) {
 	return out.String(), m
 }
 
-// TestFailoverShort runs the failover scenario in short mode: a primary and
+// TestLong_FailoverShort runs the failover scenario in short mode: a primary and
 // a synchronous standby, brokers on a multi-host URL, the primary killed
 // and the standby promoted (twice, the second time with the standby held
 // behind). It must end clean with at least one promotion.
-func TestFailoverShort(t *testing.T) {
+func TestLong_FailoverShort(t *testing.T) {
 	ctx, cancel := harnessContext(t)
 	defer cancel()
 	o, err := parseFlags([]string{"-short", "-scenario", "failover"}, io.Discard)
@@ -118,11 +118,11 @@ func TestFailoverShort(t *testing.T) {
 	}
 }
 
-// TestStreamsShort runs the streams scenario in short mode: a stream query
+// TestLong_StreamsShort runs the streams scenario in short mode: a stream query
 // (pop, state, cycle with sink pushes and ack) beside the push load while
 // brokers are killed and frozen; the checker proves every source message
 // reached the state and the sink exactly once.
-func TestStreamsShort(t *testing.T) {
+func TestLong_StreamsShort(t *testing.T) {
 	ctx, cancel := harnessContext(t)
 	defer cancel()
 	o, err := parseFlags([]string{"-short", "-scenario", "streams"}, io.Discard)
@@ -141,13 +141,13 @@ func TestStreamsShort(t *testing.T) {
 	}
 }
 
-// TestSoakShort runs the soak scenario in short mode (~30 s of load):
+// TestLong_SoakShort runs the soak scenario in short mode (~30 s of load):
 // producers with retries and storms, consumers in groups (new ones racing
 // for their first pop), retention every second on a 20 s window, a broker
 // restart every 8 s. The checker, in its retention mode, must end clean; the
 // flatness verdict and the plot are printed (30 s is too short to judge
 // flatness on a shared machine, so only the long run enforces it).
-func TestSoakShort(t *testing.T) {
+func TestLong_SoakShort(t *testing.T) {
 	ctx, cancel := harnessContext(t)
 	defer cancel()
 	png := filepath.Join(t.TempDir(), "soak.png")
