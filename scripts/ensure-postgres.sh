@@ -125,6 +125,21 @@ try_psql() {
 	return 1
 }
 
+# find_admin DB...: ADMIN is the URL (url_for_db) of the first of these
+# databases that accepts us; returns 1, ADMIN empty, when none does.
+find_admin() {
+	local db u
+	ADMIN=""
+	for db in "$@"; do
+		u=$(url_for_db "$db")
+		if try_psql "$u"; then
+			ADMIN=$u
+			return 0
+		fi
+	done
+	return 1
+}
+
 # server_answers URL PORT HOST: is anything (a PostgreSQL server, or at least a
 # TCP listener) there? Used to tell "nobody home" from "refused us".
 server_answers() {
@@ -469,7 +484,8 @@ fi
 
 # drop_databases: drop each of DROP_DBS that exists on the configured server.
 drop_databases() {
-	local db admin="" u out n
+	local db admin out n
+	local -a via=()
 	for db in "${DROP_DBS[@]}"; do
 		[[ $db =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]] || die "database name '$db' is not supported"
 	done
@@ -481,13 +497,10 @@ drop_databases() {
 	fi
 	# Connected to a database that is not being dropped.
 	for db in postgres template1 "$CFG_DB"; do
-		[[ " ${DROP_DBS[*]} " == *" $db "* ]] && continue
-		u=$(url_for_db "$db")
-		if try_psql "$u"; then
-			admin=$u
-			break
-		fi
+		[[ " ${DROP_DBS[*]} " == *" $db "* ]] || via+=("$db")
 	done
+	find_admin "${via[@]}" || true
+	admin=$ADMIN
 	if [[ -z $admin ]]; then
 		[[ $EXPLICIT -eq 1 ]] && die_explicit "it cannot be reached to drop ${DROP_DBS[*]}: ${LAST_ERR:-no answer}"
 		log "no server answers at $CFG_HOST:$CFG_PORT: no database to drop there"
@@ -556,14 +569,8 @@ fi
 first_err=$LAST_ERR
 if server_answers "$TARGET" "$CFG_PORT" "$CFG_HOST"; then
 	# A server is there: maybe only the database is missing.
-	admin=""
-	for db in "$CFG_DB" postgres template1; do
-		u=$(url_for_db "$db")
-		if try_psql "$u"; then
-			admin=$u
-			break
-		fi
-	done
+	find_admin "$CFG_DB" postgres template1 || true
+	admin=$ADMIN
 	if [[ -n $admin ]]; then
 		if create_db "$admin" "$TARGET"; then
 			printf '%s\n' "$TARGET" >&3
