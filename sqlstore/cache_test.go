@@ -271,7 +271,7 @@ func probeBuffers(t *testing.T, rows int) (watermark, full []int) {
 // probe reads the same handful of pages whether log_txns holds 10k or 200k
 // rows of the partition. The full-window probe goes through the GIN index;
 // it is logged, not required to be flat.
-func TestWatermarkProbeCostIsFlat(t *testing.T) {
+func TestLong_WatermarkProbeCostIsFlat(t *testing.T) {
 	t.Parallel()
 	small, large := 10_000, 200_000
 	if testing.Short() {

@@ -66,12 +66,12 @@ func probePlans(t *testing.T, schema string, calls func(ctx context.Context, con
 	return full, watermark
 }
 
-// TestProbePlansStayIndexDriven checks the plans PostgreSQL really runs for
+// TestLong_ProbePlansStayIndexDriven checks the plans PostgreSQL really runs for
 // the probes inside push_segment, including after plpgsql switches to a
 // cached generic plan, on a table where a partition-key scan would look
 // cheap: the full-window probe must go through the GIN index on hashes, the
 // watermark probe through the primary key, and neither may scan log_txns.
-func TestProbePlansStayIndexDriven(t *testing.T) {
+func TestLong_ProbePlansStayIndexDriven(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := sqlstoretest.Open(t)

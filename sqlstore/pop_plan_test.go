@@ -94,12 +94,12 @@ func eachSize(t *testing.T, f func(t *testing.T, n int)) {
 	}
 }
 
-// TestPopCandidatesCostIsFlat: the any-partition pop's candidate query reads
+// TestLong_PopCandidatesCostIsFlat: the any-partition pop's candidate query reads
 // the same number of buffers with 100 and with 10,000 partitions (1% holding
 // work): it walks the ready index, not the partitions.
 //
 //nolint:tparallel // the sizes run one after the other, each closing its pools first (eachSize)
-func TestPopCandidatesCostIsFlat(t *testing.T) {
+func TestLong_PopCandidatesCostIsFlat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	bufs := map[int]int{}
@@ -125,13 +125,13 @@ func TestPopCandidatesCostIsFlat(t *testing.T) {
 	require.LessOrEqual(t, bufs[10000], bufs[100]+4, "candidate query buffers: %v", bufs)
 }
 
-// TestPopCatchUpCostIsFlat: when one partition was pushed since the group's
+// TestLong_PopCatchUpCostIsFlat: when one partition was pushed since the group's
 // last look, queen.pop_prepare (the group's catch-up) reads about the same
 // number of buffers with 100 and with 10,000 partitions: it looks at the
 // partitions pushed since, not at all of them.
 //
 //nolint:tparallel // the sizes run one after the other, each closing its pools first (eachSize)
-func TestPopCatchUpCostIsFlat(t *testing.T) {
+func TestLong_PopCatchUpCostIsFlat(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	bufs := map[int]int{}

@@ -15,13 +15,13 @@ import (
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
 
-// TestStatsQueriesReadOnlyTheirRange fills the tables the status and
+// TestLong_StatsQueriesReadOnlyTheirRange fills the tables the status and
 // analytics views read (30 days of per-minute counters for 4 queues and 2
 // brokers, 30 days of samples, 20000 partitions, 20000 dead letters, 20000
 // cursors of which 10 hold a lease) and checks, with the plans PostgreSQL
 // really runs (auto_explain), that a one-hour view reads through indexes:
 // no statement scans any of those tables whole.
-func TestStatsQueriesReadOnlyTheirRange(t *testing.T) {
+func TestLong_StatsQueriesReadOnlyTheirRange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := sqlstoretest.Open(t)

@@ -47,15 +47,28 @@ func pushWork(t *testing.T, b *testBroker, queue string, parts []string, perPart
 	return ids
 }
 
-// TestPopNeverEmptyWhileWorkWaits: a queue with 100 or 10,000 partitions,
-// each holding history; after the group has taken what it may (all of it,
-// or nothing with subscriptionMode=new), 1% of the partitions get 10 new
-// messages each. Every following pop (one partition, batch 10, wait=false)
-// must return one partition's new messages, until all are delivered; only
-// then may a pop answer 204. Queue mode and named groups, modes all and new.
+// TestPopNeverEmptyWhileWorkWaits: a queue with 100 partitions, each holding
+// history; after the group has taken what it may (all of it, or nothing with
+// subscriptionMode=new), 1% of the partitions get 10 new messages each. Every
+// following pop (one partition, batch 10, wait=false) must return one
+// partition's new messages, until all are delivered; only then may a pop
+// answer 204. Queue mode and named groups, modes all and new.
 func TestPopNeverEmptyWhileWorkWaits(t *testing.T) {
 	t.Parallel()
-	for _, parts := range []int{100, 10000} {
+	popNeverEmptyWhileWorkWaits(t, 100)
+}
+
+// TestLong_PopNeverEmptyWhileWorkWaitsAt10kPartitions is the same at 10,000
+// partitions (make test/long: the fills take most of a minute of
+// PostgreSQL's time).
+func TestLong_PopNeverEmptyWhileWorkWaitsAt10kPartitions(t *testing.T) {
+	t.Parallel()
+	popNeverEmptyWhileWorkWaits(t, 10000)
+}
+
+func popNeverEmptyWhileWorkWaits(t *testing.T, sizes ...int) {
+	t.Helper()
+	for _, parts := range sizes {
 		for _, mode := range []struct {
 			name    string
 			group   url.Values
