@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -54,7 +55,7 @@ func brokerProcess(t *testing.T, env ...string) *exec.Cmd {
 	self, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(self)
-	cmd.Env = append(env, runMainEnv+"=1", "PATH="+os.Getenv("PATH"))
+	cmd.Env = append(slices.Clip(env), runMainEnv+"=1", "PATH="+os.Getenv("PATH"))
 	return cmd
 }
 

@@ -14,12 +14,12 @@ import (
 
 // event is one line of go test -json (cmd/test2json), build events included.
 type event struct {
-	Action     string
-	Package    string
-	Test       string
-	Elapsed    float64
-	Output     string
-	ImportPath string
+	Action     string  `json:"Action"`
+	Package    string  `json:"Package"`
+	Test       string  `json:"Test"`
+	Elapsed    float64 `json:"Elapsed"`
+	Output     string  `json:"Output"`
+	ImportPath string  `json:"ImportPath"`
 }
 
 // summary is the state of a run: counts, the output of each test still
@@ -204,7 +204,7 @@ type options struct {
 // status is 1 when a test or package failed or the stream was not JSON.
 func run(in io.Reader, out io.Writer, o options) int {
 	start := time.Now()
-	var raw io.Writer = io.Discard
+	raw := io.Discard
 	if o.keep != "" {
 		f, err := os.Create(o.keep)
 		if err != nil {
