@@ -35,19 +35,17 @@ build: ## Build bin/regina and bin/regina-loadtest
 	$(GO) build -o bin/regina-loadtest ./loadtest
 
 # make run serves from a database of its own, "regina" (created if missing),
-# unless DATABASE_URL or PG_DB names one; make test uses "regina_test_run_PID"
-# for one run, dropped at its end (or TEST_DATABASE_URL when set), make bench
-# "regina_test". make clean-db drops exactly those ("regina" only when make
-# run chose it, and run databases an interrupted run left) and removes the
-# throwaway cluster in .data/ if one was started.
+# unless DATABASE_URL or PG_DB names one; make test uses "regina_test".
+# make clean-db drops exactly those two (the first only when make run chose
+# it) and removes the throwaway cluster in .data/ if one was started.
 RUN_DB  := $(if $(DATABASE_URL)$(PG_DB),,regina)
 TEST_DB := regina_test
 
 run: build ## Build and serve (database "regina" unless DATABASE_URL says otherwise; ARGS=flags)
 	url=$$($(ENSURE_PG) $(RUN_DB)) && DATABASE_URL="$$url" exec bin/regina $(ARGS)
 
-clean-db: ## Drop what make run and make test created: databases regina, regina_test*, the cluster in .data/
-	$(ENSURE_PG) --drop $(TEST_DB) '$(TEST_DB)_run_*' $(RUN_DB)
+clean-db: ## Drop what make run and make test created: databases regina, regina_test, the cluster in .data/
+	$(ENSURE_PG) --drop $(TEST_DB) $(RUN_DB)
 
 # Tests. make test runs every test but the long ones, make test/long exactly
 # those, and .ci/run both. A long test is long by nature (a fault-injection
@@ -69,27 +67,17 @@ TESTSUM_V      = $(if $(filter -v,$(GOTESTFLAGS)),-v)
 $(TESTSUM): $(wildcard scripts/testsum/*.go)
 	$(GO) build -o $@ ./scripts/testsum
 
-# The tests run in a database of their own for the run ($(TEST_DB)_run_PID,
-# dropped when they end, failed or not), where finished tests leave their
-# schemas until then (sqlstoretest.KeepSchemasEnv): one DROP DATABASE costs
-# PostgreSQL far less than a DROP SCHEMA per test. With TEST_DATABASE_URL
-# set, they run there and drop each schema as they go.
-define run_tests
-if [[ -n "$${TEST_DATABASE_URL:-}" ]]; then url=$$TEST_DATABASE_URL; keep=0; else \
-	db=$(TEST_DB)_run_$$$$; url=$$($(ENSURE_PG) $$db); keep=1; \
-	trap '$(ENSURE_PG) --drop-db '"$$db"' 2>/dev/null || true' EXIT; fi; \
-TEST_DATABASE_URL="$$url" REGINA_TEST_KEEP_SCHEMAS=$$keep $(GOTEST) $(2) $(GOTESTFLAGS) $(3) | \
-	$(TESTSUM) $(TESTSUM_V) -name '$(1)' -json $(4)
-endef
-
 test: $(TESTSUM) ## Run every test but the long ones against PostgreSQL (GOTESTFLAGS=... adds flags)
-	$(call run_tests,make test,-timeout 15m -skip '$(LONG_TESTS)',./...,bin/test.json)
+	url=$$($(ENSURE_PG) $(TEST_DB)) && TEST_DATABASE_URL="$$url" $(GOTEST) -timeout 15m -skip '$(LONG_TESTS)' \
+		$(GOTESTFLAGS) ./... | $(TESTSUM) $(TESTSUM_V) -name 'make test' -json bin/test.json
 
-test/long: $(TESTSUM) ## Run the long tests (TestLong_*: fault injection, scale, end-to-end benchmark runs)
-	$(call run_tests,make test/long,-timeout 20m -run '$(LONG_TESTS)',$(LONG_PKGS),bin/test-long.json)
+test/long: $(TESTSUM) ## Run the long tests (TestLong_*: fault injection, end-to-end benchmark runs)
+	url=$$($(ENSURE_PG) $(TEST_DB)) && TEST_DATABASE_URL="$$url" $(GOTEST) -timeout 20m -run '$(LONG_TESTS)' \
+		$(GOTESTFLAGS) $(LONG_PKGS) | $(TESTSUM) $(TESTSUM_V) -name 'make test/long' -json bin/test-long.json
 
 test/race: $(TESTSUM) ## Run every test but the long ones with the race detector
-	$(call run_tests,make test/race,-race -timeout 15m -skip '$(LONG_TESTS)',./...,bin/test-race.json)
+	url=$$($(ENSURE_PG) $(TEST_DB)) && TEST_DATABASE_URL="$$url" $(GOTEST) -race -timeout 15m -skip '$(LONG_TESTS)' \
+		$(GOTESTFLAGS) ./... | $(TESTSUM) $(TESTSUM_V) -name 'make test/race' -json bin/test-race.json
 
 bench: ## Run the Go benchmarks in ./bench (ITERATIONS=1x)
 	url=$$($(ENSURE_PG) regina_test) && TEST_DATABASE_URL="$$url" $(GO) test -run='^$$' -bench=. -benchtime=$(ITERATIONS) $(GOTESTFLAGS) ./bench/...

@@ -7,9 +7,7 @@
 #   scripts/ensure-postgres.sh --drop DB...  remove what make run and make test made:
 #       stop and delete the throwaway cluster (if one was ever started here),
 #       then drop each DB that exists on the configured server (below), and
-#       nothing else. A DB ending in * is a prefix (regina_test_run_*).
-#       Fails when the server was named but cannot be reached.
-#   scripts/ensure-postgres.sh --drop-db DB...  only drop the databases
+#       nothing else. Fails when the server was named but cannot be reached.
 #
 # Exactly one line goes to stdout: the URL. Everything else goes to stderr,
 # prefixed "ensure-postgres: ".
@@ -55,18 +53,18 @@ LAST_ERR=""   # stderr of the last failed psql call
 MODE=ensure
 DBNAME=""
 DROP_DBS=()
-USAGE="usage: $0 [DBNAME] | --stop | --drop DB... | --drop-db DB..."
+USAGE="usage: $0 [DBNAME] | --stop | --drop DB..."
 case "${1:-}" in
 -h | --help)
 	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
 	exit 0
 	;;
 --stop) MODE=stop ;;
---drop | --drop-db)
-	MODE=${1#--}
+--drop)
+	MODE=drop
 	shift
 	DROP_DBS=("$@")
-	[[ ${#DROP_DBS[@]} -gt 0 ]] || die "--$MODE needs the names of the databases to drop ($USAGE)"
+	[[ ${#DROP_DBS[@]} -gt 0 ]] || die "--drop needs the names of the databases to drop ($USAGE)"
 	set --
 	;;
 -*) die "unknown option: $1 ($USAGE)" ;;
@@ -489,7 +487,7 @@ drop_databases() {
 	local db admin out n
 	local -a via=()
 	for db in "${DROP_DBS[@]}"; do
-		[[ $db =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*\*?$ ]] || die "database name '$db' is not supported"
+		[[ $db =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]] || die "database name '$db' is not supported"
 	done
 	find_psql
 	if [[ -z $PSQL ]]; then
@@ -508,19 +506,7 @@ drop_databases() {
 		log "no server answers at $CFG_HOST:$CFG_PORT: no database to drop there"
 		return 0
 	fi
-	local -a names=()
 	for db in "${DROP_DBS[@]}"; do
-		if [[ $db == *'*' ]]; then
-			# A prefix: the databases that begin with it (_ is literal).
-			out=$(PGCONNECT_TIMEOUT=$CONNECT_TIMEOUT "$PSQL" -X -w -Atq -v p="${db%'*'}" -d "$admin" \
-				<<<"SELECT datname FROM pg_database WHERE left(datname, length(:'p')) = :'p' ORDER BY 1" 2>&1) ||
-				die "could not read the databases of $CFG_HOST:$CFG_PORT: $out"
-			[[ -n $out ]] && mapfile -t -O "${#names[@]}" names <<<"$out"
-		else
-			names+=("$db")
-		fi
-	done
-	for db in "${names[@]}"; do
 		n=$(PGCONNECT_TIMEOUT=$CONNECT_TIMEOUT "$PSQL" -X -w -Atq -v db="$db" -d "$admin" <<<"SELECT count(*) FROM pg_database WHERE datname = :'db'" 2>&1) ||
 			die "could not read the databases of $CFG_HOST:$CFG_PORT: $n"
 		if [[ $n != 1 ]]; then
@@ -549,10 +535,6 @@ if [[ $MODE == drop ]]; then
 		rm -f "$REPO/.data/pg" "$REPO/.data/.lock" 2>/dev/null || true
 		rmdir "$REPO/.data" 2>/dev/null || true
 	fi
-	drop_databases
-	exit 0
-fi
-if [[ $MODE == drop-db ]]; then
 	drop_databases
 	exit 0
 fi

@@ -78,25 +78,13 @@ func prepare() (string, error) {
 	return raw, nil
 }
 
-// KeepSchemasEnv names the variable that, set to 1, leaves each test's
-// schema in place when the test ends. make test sets it and runs the tests
-// in a database of their own, which it drops when they end: one DROP
-// DATABASE costs PostgreSQL far less than a DROP SCHEMA ... CASCADE per
-// test (0.18 CPU-seconds each, measured: about a fifth of the database's
-// work for a broker test).
-const KeepSchemasEnv = "REGINA_TEST_KEEP_SCHEMAS"
-
 // NewSchema returns the name of a schema no other test uses. It is dropped
-// (with everything in it) when the test ends, unless KeepSchemasEnv says
-// the whole database will be. The schema itself is created by the first
-// sqlstore.Open or Migrate on it.
+// (with everything in it) when the test ends. The schema itself is created by
+// the first sqlstore.Open or Migrate on it.
 func NewSchema(t testing.TB) string {
 	t.Helper()
 	u := URL(t)
 	name := fmt.Sprintf("queen_t%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, seq.Add(1))
-	if os.Getenv(KeepSchemasEnv) == "1" {
-		return name
-	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
