@@ -35,7 +35,8 @@ build: ## Build bin/regina and bin/regina-loadtest
 	$(GO) build -o bin/regina-loadtest ./loadtest
 
 # make run serves from a database of its own, "regina" (created if missing),
-# unless DATABASE_URL or PG_DB names one; make test uses "regina_test".
+# unless DATABASE_URL or PG_DB names one; make test uses "regina_test" (or
+# TEST_DATABASE_URL, when set).
 # make clean-db drops exactly those two (the first only when make run chose
 # it) and removes the throwaway cluster in .data/ if one was started.
 RUN_DB  := $(if $(DATABASE_URL)$(PG_DB),,regina)
@@ -68,15 +69,15 @@ $(TESTSUM): $(wildcard scripts/testsum/*.go)
 	$(GO) build -o $@ ./scripts/testsum
 
 test: $(TESTSUM) ## Run every test but the long ones against PostgreSQL (GOTESTFLAGS=... adds flags)
-	url=$$($(ENSURE_PG) $(TEST_DB)) && TEST_DATABASE_URL="$$url" $(GOTEST) -timeout 15m -skip '$(LONG_TESTS)' \
+	url=$${TEST_DATABASE_URL:-$$($(ENSURE_PG) $(TEST_DB))} && TEST_DATABASE_URL="$$url" $(GOTEST) -timeout 15m -skip '$(LONG_TESTS)' \
 		$(GOTESTFLAGS) ./... | $(TESTSUM) $(TESTSUM_V) -name 'make test' -json bin/test.json
 
-test/long: $(TESTSUM) ## Run the long tests (TestLong_*: fault injection, end-to-end benchmark runs)
-	url=$$($(ENSURE_PG) $(TEST_DB)) && TEST_DATABASE_URL="$$url" $(GOTEST) -timeout 20m -run '$(LONG_TESTS)' \
+test/long: $(TESTSUM) ## Run the long tests (TestLong_*: fault injection, scale, end-to-end benchmark runs)
+	url=$${TEST_DATABASE_URL:-$$($(ENSURE_PG) $(TEST_DB))} && TEST_DATABASE_URL="$$url" $(GOTEST) -timeout 20m -run '$(LONG_TESTS)' \
 		$(GOTESTFLAGS) $(LONG_PKGS) | $(TESTSUM) $(TESTSUM_V) -name 'make test/long' -json bin/test-long.json
 
 test/race: $(TESTSUM) ## Run every test but the long ones with the race detector
-	url=$$($(ENSURE_PG) $(TEST_DB)) && TEST_DATABASE_URL="$$url" $(GOTEST) -race -timeout 15m -skip '$(LONG_TESTS)' \
+	url=$${TEST_DATABASE_URL:-$$($(ENSURE_PG) $(TEST_DB))} && TEST_DATABASE_URL="$$url" $(GOTEST) -race -timeout 15m -skip '$(LONG_TESTS)' \
 		$(GOTESTFLAGS) ./... | $(TESTSUM) $(TESTSUM_V) -name 'make test/race' -json bin/test-race.json
 
 bench: ## Run the Go benchmarks in ./bench (ITERATIONS=1x)
