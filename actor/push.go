@@ -412,7 +412,7 @@ func (a *actor) pushRecovering(ctx context.Context, reqs []*request) (err error)
 		if v := recover(); v != nil {
 			a.log.Error().Interface("panic", v).Str("stack", string(debug.Stack())).Msg("push batch panicked")
 			a.reg.cache.Forget(a.ref.ID)
-			a.resolved = false
+			a.unresolve()
 			err = fmt.Errorf("push %s/%s: %w", a.queue, a.part, errPanicked)
 		}
 	}()
@@ -441,15 +441,8 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 	}
 	for range maxPushAttempts {
 		if !a.resolved {
-			gen := a.reg.optionsGen.Load()
-			ref, err := a.reg.store.EnsurePartition(ctx, a.queue, a.part)
-			if err != nil {
+			if err := a.resolve(ctx); err != nil {
 				return err
-			}
-			a.ref, a.resolved, a.refGen, a.refAt = ref, true, gen, time.Now()
-			if ref.Encrypt && a.reg.cfg.Key == nil {
-				a.log.Warn().Msg("queue has encryptionEnabled but " + crypt.KeyEnv +
-					" is not set: its payloads are stored in plaintext")
 			}
 		}
 		a.collapse(n)
@@ -487,7 +480,7 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 			// The queue was deleted (maybe through another broker): its
 			// partition id is never used again.
 			a.reg.cache.Forget(a.ref.ID)
-			a.resolved = false
+			a.unresolve()
 		case errors.Is(err, reginatype.ErrWindowChanged):
 			a.ref.WindowSeconds = res.WindowSeconds
 			a.ref.PayloadCheck = res.PayloadCheck
@@ -496,13 +489,23 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 			// have been written), so drop what the cache holds.
 			a.reg.cache.Forget(a.ref.ID)
 			if errors.Is(err, errPanicked) {
-				a.resolved = false // as pushRecovering does (the packer recovered it)
+				a.unresolve() // as pushRecovering does (the packer recovered it)
 			}
 			return fmt.Errorf("push %s/%s: %w", a.queue, a.part, err)
 		}
 		lastErr = err
 	}
 	return fmt.Errorf("push %s/%s: gave up after %d attempts: %w", a.queue, a.part, maxPushAttempts, lastErr)
+}
+
+// setRef makes ref the actor's partition, with its queue's options as read
+// at at under the registry's options generation gen.
+func (a *actor) setRef(ref reginatype.PartitionRef, gen uint64, at time.Time) {
+	a.ref, a.resolved, a.refGen, a.refAt = ref, true, gen, at
+	if ref.Encrypt && a.reg.cfg.Key == nil {
+		a.log.Warn().Msg("queue has encryptionEnabled but " + crypt.KeyEnv +
+			" is not set: its payloads are stored in plaintext")
+	}
 }
 
 // collapse picks the batch's leaders: with deduplication on, the first item

@@ -3,11 +3,13 @@ package actor
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
 )
 
@@ -341,4 +343,45 @@ func TestActorsAboveTheSoftLimitRetireSoon(t *testing.T) {
 	n := b.reg.Stats().Actors
 	require.LessOrEqual(t, n, 3, "actors above the soft limit retire")
 	require.GreaterOrEqual(t, n, 2, "actors started at or below the limit keep the long timeout")
+}
+
+// A queue's options are read once per refresh for all its partitions, not
+// once per actor: after OptionsChanged the first batch reads them from the
+// store and every other actor of the queue takes them from the registry
+// (here: a payload check switched on, which every partition's next batch
+// follows).
+func TestQueueOptionsAreReadOncePerQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{RefreshOptions: time.Hour})
+	const parts = 20
+	push := func(tag string) {
+		for p := range parts {
+			g := group("q", "p"+strconv.Itoa(p), tag+strconv.Itoa(p))
+			b.reg.Push(context.Background(), []*reginatype.PushGroup{g})
+			require.NoError(t, g.Err)
+		}
+	}
+	ensures := func() int {
+		b.store.mu.Lock()
+		defer b.store.mu.Unlock()
+		return b.store.ensures
+	}
+	push("a")
+	require.Equal(t, parts, ensures(), "each new partition is resolved once")
+	push("b")
+	require.Equal(t, parts, ensures(), "known partitions and fresh options: no store call")
+
+	b.store.mu.Lock()
+	for k, ref := range b.store.refs {
+		ref.PayloadCheck = partition.PayloadCheckReport
+		b.store.refs[k] = ref
+	}
+	b.store.check = partition.PayloadCheckReport
+	b.store.mu.Unlock()
+	b.reg.OptionsChanged()
+	push("c")
+	require.Equal(t, parts+1, ensures(), "one read of the queue's new options for all its partitions")
+	b.store.mu.Lock()
+	defer b.store.mu.Unlock()
+	require.Len(t, b.store.fps, parts, "every partition's batch carried fingerprints after the change")
 }

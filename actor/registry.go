@@ -208,6 +208,9 @@ type Registry struct {
 	cache *cache.Cache
 	hyd   *hydrator
 	hooks hooks
+	// refs is what the registry knows of partitions and their queues'
+	// options beyond their actors' lives (refs.go).
+	refs *refs
 	// pack carries ready batches to the store together (nil: ShapeSingle).
 	pack *packer
 
@@ -279,6 +282,7 @@ func NewRegistry(store Store, cfg Config) *Registry {
 		mismatchLog: log.Sample(&zerolog.BurstSampler{Burst: mismatchLogBurst, Period: mismatchLogPeriod}),
 		cache:       c,
 		hyd:         newHydrator(cfg.CacheBudgetBytes),
+		refs:        newRefs(),
 		actors:      make(map[string]*actor),
 		stop:        make(chan struct{}),
 	}

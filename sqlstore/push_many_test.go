@@ -32,7 +32,11 @@ type verdict struct {
 // TestPushManyMatchesPush runs the same rounds of batches (repeats within
 // and across rounds, fingerprints on one queue, dedup off on another) through
 // Push one batch at a time and through PushMany in both shapes, each on a
-// schema of its own: every verdict is the same.
+// schema of its own: every verdict is the same. Half the rounds carry the
+// watermarks a cache would send (the highest offset below every occurrence
+// of the batch's hashes, so new batches take the no-probe path, set-based in
+// push_segments; every third one a lower, still true, watermark, so it
+// probes above it), the others none (a full-window probe).
 func TestPushManyMatchesPush(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -75,10 +79,29 @@ func TestPushManyMatchesPush(t *testing.T) {
 		// ids numbers every minted message id in push order, so that an
 		// original can be named by position across stores.
 		ids := map[partition.UUID]int{}
-		for _, round := range plan {
+		// What a cache would know: each partition's next offset and the
+		// first offset of each hash stored there.
+		next := make([]int64, parts)
+		stored := make([]map[string]int64, parts)
+		for p := range stored {
+			stored[p] = map[string]int64{}
+		}
+		for r, round := range plan {
 			var bs []*reginatype.PushBatch
-			for _, s := range round {
+			for i, s := range round {
 				b, minted := batchOf(t, refs[s.part], s.txs...)
+				if r%2 == 1 && refs[s.part].WindowSeconds > 0 {
+					w := next[s.part] - 1
+					for _, tx := range s.txs {
+						if o, ok := stored[s.part][tx]; ok {
+							w = min(w, o-1)
+						}
+					}
+					if i%3 == 2 {
+						w = min(w, next[s.part]-2)
+					}
+					b.Watermark, b.Epoch = max(w, -1), st.Epoch()
+				}
 				if refs[s.part].ChecksPayloads() {
 					for range s.txs {
 						b.Fingerprints = append(b.Fingerprints, partition.Fingerprint([]byte(`{"a":1}`)))
@@ -97,6 +120,23 @@ func TestPushManyMatchesPush(t *testing.T) {
 				for i, b := range bs {
 					res[i], errs[i] = st.Push(ctx, b)
 				}
+			}
+			for i, s := range round {
+				if errs[i] != nil || res[i].FirstOffset < 0 {
+					continue
+				}
+				d, o := 0, res[i].FirstOffset
+				for k, tx := range s.txs {
+					if d < len(res[i].DupIndex) && res[i].DupIndex[d] == k {
+						d++
+						continue
+					}
+					if _, ok := stored[s.part][tx]; !ok {
+						stored[s.part][tx] = o
+					}
+					o++
+				}
+				next[s.part] = o
 			}
 			for i := range bs {
 				v := verdict{First: res[i].FirstOffset, Window: res[i].WindowSeconds, DupIndex: res[i].DupIndex}
