@@ -79,6 +79,9 @@ type config struct {
 	scalePopConsumers int
 	scalePopBacklog   int
 	scaleRestart      bool
+	// scaleRestartAfter is when, after its start, the restarted broker's
+	// measured window begins.
+	scaleRestartAfter time.Duration
 
 	// The drain phase (scaledrain.go): partitions (0 = none), messages per
 	// partition, consumers.
@@ -178,6 +181,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.scaleDrainConsumers, "scale-drain-consumers", 4, "scale mode: consumers of the drain phase (pop batch 1 + ack loops)")
 	sonly := fs.String("scale-only", "", "scale mode: run only these phases, comma-separated ("+strings.Join(scalePhases, ", ")+"); empty = all")
 	fs.BoolVar(&c.scaleRestart, "scale-restart", true, "scale mode: push before and after a broker restart on the largest hash point")
+	fs.DurationVar(&c.scaleRestartAfter, "scale-restart-after", 30*time.Second, "scale mode: the restarted broker pushes at once and is measured from this long after its start")
 	fs.IntVar(&c.scaleRounds, "scale-rounds", 1, "scale mode: rounds per point")
 	fs.BoolVar(&c.scaleCeiling, "scale-ceiling", true, "scale mode: also measure the pgx ceiling at every point")
 	fs.StringVar(&c.plotDir, "plot-dir", "bench", "scale mode: directory for scale-partitions.png and scale-hashes.png")

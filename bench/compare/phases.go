@@ -52,6 +52,10 @@ type PhaseResult struct {
 	// (counters as deltas from the phase start, sizes at its end), when the
 	// broker reports one.
 	Cache *cacheStats `json:"dedup_cache,omitempty"`
+	// Timeline is the messages of the expected verdict answered in each
+	// second from the phase's start, warmup included (phases that ask for
+	// it: the restart phase's).
+	Timeline []int64 `json:"timeline,omitempty"`
 }
 
 // cacheStats is the part of the broker's /metrics "dedupCache" section the
@@ -154,6 +158,9 @@ type workerRec struct {
 	// okSeqs are the pushes fully accepted (fresh phases): what a storm
 	// replays.
 	okSeqs []int32
+	// perSec counts the messages of the expected verdict answered in each
+	// second from the phase's start, warmup included (nil: not kept).
+	perSec []int64
 }
 
 func (r *workerRec) fail(err error) {
@@ -166,6 +173,11 @@ func (r *workerRec) fail(err error) {
 // record tallies one op that completed at t1 after starting at t0, carrying
 // msgs messages of the expected verdict and bad of the other.
 func (r *workerRec) record(pc *phaseClock, t0, t1 time.Time, msgs, bad int) {
+	if r.perSec != nil {
+		if s := int(t1.Sub(pc.start) / time.Second); s >= 0 && s < len(r.perSec) {
+			r.perSec[s] += int64(msgs)
+		}
+	}
 	if !pc.in(t1) {
 		return
 	}
@@ -186,6 +198,10 @@ type phaseSpec struct {
 	workers   int
 	procs     procGroups
 	brokerURL string // to read the broker's /metrics before and after
+	// warmup, when > 0, replaces -warmup for this phase.
+	warmup time.Duration
+	// timeline keeps the phase's msgs/s per second (PhaseResult.Timeline).
+	timeline bool
 }
 
 // drive runs one phase: spec.workers goroutines of work for warmup +
@@ -195,8 +211,12 @@ type phaseSpec struct {
 func (h *harness) drive(spec phaseSpec, work workFunc) (*PhaseResult, [][]int32) {
 	ctx := h.stop
 	now := time.Now()
-	pc := &phaseClock{start: now, warmEnd: now.Add(h.cfg.warmup), end: now.Add(h.cfg.warmup + h.cfg.duration)}
-	h.logf("  %-18s round %d%s: %s warmup + %s", spec.name, spec.round+1, pointSuffix(spec.point), h.cfg.warmup, h.cfg.duration)
+	warmup := h.cfg.warmup
+	if spec.warmup > 0 {
+		warmup = spec.warmup
+	}
+	pc := &phaseClock{start: now, warmEnd: now.Add(warmup), end: now.Add(warmup + h.cfg.duration)}
+	h.logf("  %-18s round %d%s: %s warmup + %s", spec.name, spec.round+1, pointSuffix(spec.point), warmup.Round(time.Millisecond), h.cfg.duration)
 
 	var (
 		a, b    snapshot
@@ -247,6 +267,9 @@ func (h *harness) drive(spec phaseSpec, work workFunc) (*PhaseResult, [][]int32)
 	var wg sync.WaitGroup
 	for w := range spec.workers {
 		recs[w] = &workerRec{}
+		if spec.timeline {
+			recs[w].perSec = make([]int64, int(pc.end.Sub(pc.start)/time.Second)+1)
+		}
 		wg.Go(func() {
 			work(ctx, w, pc, recs[w])
 		})
@@ -276,6 +299,14 @@ func (h *harness) drive(spec phaseSpec, work workFunc) (*PhaseResult, [][]int32)
 		}
 		lat = append(lat, r.lat...)
 		seqs[w] = r.okSeqs
+		if r.perSec != nil {
+			if res.Timeline == nil {
+				res.Timeline = make([]int64, len(r.perSec))
+			}
+			for i, v := range r.perSec {
+				res.Timeline[i] += v
+			}
+		}
 	}
 	if res.Window > 0 {
 		res.MsgsPerSec = float64(res.Msgs) / res.Window

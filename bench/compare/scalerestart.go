@@ -6,10 +6,13 @@ import (
 	"time"
 )
 
-// The restart phase (issue 11's bar): on the schema of the largest hash
-// point (a database holding a full window), a broker pushes, is stopped
-// (SIGTERM), and a new broker on the same database pushes the same load;
-// the second rate over the first should be >= 0.9.
+// The restart phase: on the schema of the largest hash point (a database
+// holding a full window), a broker pushes, is stopped (SIGTERM), and a new
+// broker on the same database pushes the same load at once. The second
+// broker's rate is measured from -scale-restart-after (30 s) after it was
+// started, and over the first one's should be >= 0.5 (issue 27: a cold
+// broker at 100M is fast within 30 s); its msgs/s over each second from its
+// start are kept (the ramp while its cache loads).
 const (
 	phRestartBefore = "restart_before"
 	phRestartAfter  = "restart_after"
@@ -20,6 +23,7 @@ const (
 type restartState struct {
 	hashes  int64         // in-window hashes when it started
 	startup time.Duration // second broker's start to /health 200
+	offset  time.Duration // second broker's start to its first push
 }
 
 // runRestart runs the restart phase on sp (queue scaleQueue, its partitions
@@ -44,12 +48,16 @@ func (h *harness) runRestart(sp *pgSpace, partitions int, point string) error {
 		if err != nil {
 			return err
 		}
+		spec := phaseSpec{name: ph, round: 0, point: restartPoint, workers: c.connections, procs: h.procs(b), brokerURL: b.url}
 		if i == 1 {
 			st.startup = time.Since(t)
 			h.logf("  restarted broker healthy in %s", st.startup.Round(time.Millisecond))
+			// Measured from restartAfter after the start; the pushes start
+			// at once (the warmup is the rest of it).
+			spec.warmup, spec.timeline = max(c.scaleRestartAfter-time.Since(t), time.Millisecond), true
+			st.offset = time.Since(t)
 		}
-		h.drive(phaseSpec{name: ph, round: 0, point: restartPoint, workers: c.connections, procs: h.procs(b), brokerURL: b.url},
-			h.reginaWork(b.url, scaleQueue, h.runTag+"."+ph, nil))
+		h.drive(spec, h.reginaWork(b.url, scaleQueue, h.runTag+"."+ph, nil))
 		h.stopBroker()
 	}
 	return nil
@@ -67,8 +75,10 @@ func (h *harness) writeRestart(b *strings.Builder) string {
 	}
 	fmt.Fprintf(b, "On the Regina schema of the largest hash point (%s hashes in its %s window when the phase started): a\n"+
 		"fresh broker pushes the scale load (no priming, the warmup only), is stopped with SIGTERM, and a new broker on\n"+
-		"the same database pushes the same load. The restarted broker answered `/health` %s after it was started.\n\n",
-		shortCount(int(h.scale.restart.hashes)), fmtWindow(h.cfg.scaleWindow), h.scale.restart.startup.Round(time.Millisecond))
+		"the same database pushes the same load at once (no priming), measured from %s after it was started.\n"+
+		"The restarted broker answered `/health` %s after it was started.\n\n",
+		shortCount(int(h.scale.restart.hashes)), fmtWindow(h.cfg.scaleWindow), h.cfg.scaleRestartAfter,
+		h.scale.restart.startup.Round(time.Millisecond))
 	b.WriteString("| broker | msgs/s | p50 ms | p99 ms | broker cores | PG ours cores | machine cores | broker RSS MiB | cache | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range []struct {
 		label, name string
@@ -82,7 +92,28 @@ func (h *harness) writeRestart(b *strings.Builder) string {
 			fmtCores(x.s.broker), fmtCores(x.s.pgOurs), fmtCores(x.s.machine), fmtOptUs(x.s.rss), cache, x.s.errors)
 	}
 	v := after.rate / before.rate
-	rt := ratio{bar: 0.9, med: v, ok: true}
-	fmt.Fprintf(b, "\n| ratio | value | bar | verdict |\n|---|---|---|---|\n| msgs/s after the restart / before | **%s** | ≥ 0.9 | %s |\n", fmtRatio(v), rt.verdict())
+	rt := ratio{bar: 0.5, med: v, ok: true}
+	fmt.Fprintf(b, "\n| ratio | value | bar | verdict |\n|---|---|---|---|\n| msgs/s from %s after the restart / before | **%s** | ≥ 0.5 | %s |\n",
+		h.cfg.scaleRestartAfter, fmtRatio(v), rt.verdict())
+	for _, r := range h.byName(phRestartAfter, restartPoint) {
+		if len(r.Timeline) > 0 {
+			fmt.Fprintf(b, "\nThe restarted broker's msgs/s, 5 s at a time from its first push (%s after its start): %s\n",
+				h.scale.restart.offset.Round(100*time.Millisecond), timelineText(r.Timeline, 5))
+		}
+	}
 	return " restart_after/before=" + fmtRatio(v)
+}
+
+// timelineText sums a per-second timeline every step seconds, as msgs/s.
+func timelineText(perSec []int64, step int) string {
+	var parts []string
+	for i := 0; i < len(perSec); i += step {
+		var n int64
+		j := min(i+step, len(perSec))
+		for _, v := range perSec[i:j] {
+			n += v
+		}
+		parts = append(parts, fmtRate(float64(n)/float64(j-i)))
+	}
+	return strings.Join(parts, " / ")
 }
