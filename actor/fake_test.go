@@ -34,6 +34,9 @@ type fakeStore struct {
 	// packs counts the PushMany calls with more than one batch.
 	packs atomic.Uint64
 
+	// recent is what RecentPartitions lists.
+	recent []partition.UUID
+
 	// check is every queue's dedupPayloadCheck ("" is off).
 	check partition.PayloadCheck
 
@@ -140,6 +143,13 @@ func (f *fakeStore) PushMany(ctx context.Context, _ reginatype.PushShape, bs []*
 	for i, b := range bs {
 		res[i], errs[i] = f.Push(ctx, b)
 	}
+}
+
+// RecentPartitions lists the partitions recent holds.
+func (f *fakeStore) RecentPartitions(_ context.Context, limit int) ([]partition.UUID, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.recent[:min(limit, len(f.recent))]), nil
 }
 
 // StreamHydrations reports every partition with an empty window.

@@ -21,9 +21,22 @@ import (
 // queue, and a slot that frees takes the oldest waiting partition (so a cold
 // broker loads every active partition one after the other, without waiting
 // for their next pushes). Pushes never wait for a load, they use the
-// sentinel meanwhile.
+// sentinel meanwhile; but at most maxLoadingProbes of those full-window
+// probes run at a time, the others waiting in their actors (whose next
+// batch then carries every push that arrived meanwhile).
+//
+// Why: a restarted broker on a deep window (100M hashes) sends every push
+// of its first seconds to the full-window probe, and those probes took the
+// machine from the loads (perf: gingetbitmap 20% and page-cache copies 10%
+// of the machine's samples, the load's reader starved), so the loads that
+// take 16-18 s alone took minutes and the broker stayed at 0.05-0.07x of a
+// warm one. One probe at a time leaves the loads most of the machine: they
+// end sooner, and every push after them is fast (docs/performance.md).
 
 const (
+	// maxLoadingProbes bounds the push transactions in flight that probe
+	// the whole window of a partition whose load is running.
+	maxLoadingProbes = 1
 	// defaultMaxHydrations bounds the concurrent background loads.
 	defaultMaxHydrations = 2
 	// defaultCacheBudget is assumed when Config.CacheBudgetBytes is 0.
@@ -113,18 +126,22 @@ func (h *hydrator) release(need int64) {
 }
 
 // enqueue adds p to the waiting partitions unless it is there already or the
-// queue is full.
-func (h *hydrator) enqueue(p partition.UUID) {
+// queue is full, and reports whether p is waiting.
+func (h *hydrator) enqueue(p partition.UUID) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.queued[p]; ok || len(h.queue) >= maxQueuedHydrations {
-		return
+	if _, ok := h.queued[p]; ok {
+		return true
+	}
+	if len(h.queue) >= maxQueuedHydrations {
+		return false
 	}
 	if h.queued == nil {
 		h.queued = make(map[partition.UUID]struct{})
 	}
 	h.queued[p] = struct{}{}
 	h.queue = append(h.queue, p)
+	return true
 }
 
 // dequeue takes the oldest waiting partition.
@@ -203,33 +220,61 @@ func needsHydration(r cache.Reason) bool {
 	}
 }
 
+// warmStart loads the cache of the partitions pushed to inside their windows
+// (Config.WarmStart), most recently pushed first, ahead of their pushes: all
+// of them asked for at once, so that a slot takes them together, up to
+// maxHydrateBatch per pass over the window. Without it the first pushes
+// asked for their partitions one by one as their actors started (each
+// after its own partition lookup), so a load slot gathered two or three of
+// them and the others waited for a second and a third pass over the whole
+// window (10M in-window hashes over 16 partitions: passes of 2, 2 and 12
+// partitions, 17 s; at 100M, passes of 16-18 s each).
+func (r *Registry) warmStart() {
+	h := r.hyd
+	defer h.wg.Done()
+	ctx, cancel := context.WithTimeout(h.ctx, hydrateTimeout)
+	defer cancel()
+	ids, err := r.store.RecentPartitions(ctx, maxQueuedHydrations)
+	if err != nil {
+		if h.ctx.Err() == nil {
+			r.log.Warn().Err(err).Msg("dedup cache: the partitions to load at start could not be listed; they load at their first push")
+		}
+		return
+	}
+	r.syncEpoch()
+	for _, p := range ids {
+		r.maybeHydrate(p)
+	}
+	r.log.Debug().Int("partitions", len(ids)).Msg("dedup cache: loading the recently pushed partitions")
+}
+
 // maybeHydrate starts loading partition p in the background, or queues it
-// when maxHydrations loads are running. It never blocks. Only actors call it,
-// so after every actor has exited no new load starts (a load in flight may
-// still take a queued partition until the hydrator is cancelled).
-func (r *Registry) maybeHydrate(p partition.UUID) {
+// when maxHydrations loads are running, and reports whether it did either
+// (false: closing, or p is backed off). It never blocks. Only actors call
+// it, so after every actor has exited no new load starts (a load in flight
+// may still take a queued partition until the hydrator is cancelled).
+func (r *Registry) maybeHydrate(p partition.UUID) bool {
 	h := r.hyd
 	if h.ctx.Err() != nil {
-		return // closing
+		return false // closing
 	}
 	if h.skip(p) {
-		return
+		return false
 	}
 	if h.gathering.Load() > 0 {
 		// A slot is gathering its first batch: this partition joins it.
-		h.enqueue(p)
-		return
+		return h.enqueue(p)
 	}
 	select {
 	case h.sem <- struct{}{}:
 	default:
 		h.busy.Add(1)
-		h.enqueue(p)
-		return
+		return h.enqueue(p)
 	}
 	h.gathering.Add(1) // before the goroutine runs: the next partition joins
 	h.wg.Add(1)
 	go r.runHydrations(p)
+	return true
 }
 
 // runHydrations holds one load slot: it loads p together with queued

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/cache"
+	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
 )
 
@@ -166,4 +168,80 @@ func TestLoadsGatherPartitionsAskedForTogether(t *testing.T) {
 	require.Len(t, loads, 1, "one load for all five")
 	require.Len(t, loads[0], 5)
 	require.Zero(t, b.reg.Stats().Hydrations.Busy, "no partition waited for a busy slot")
+}
+
+// While partitions' cache loads run, their pushes (full-window probes) go to
+// the store one at a time; a push that does not probe for a load (here: a
+// queue without deduplication) does not wait for them.
+func TestProbesOfLoadingPartitionsRunOneAtATime(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Cache: cache.New(cache.Config{Enabled: true, BudgetBytes: 1 << 20}), CacheBudgetBytes: 1 << 20})
+	b.store.refs["nodedup/p"] = reginatype.PartitionRef{ID: partition.NewV7(), QueueID: partition.NewV7()}
+	b.store.ids[b.store.refs["nodedup/p"].ID] = map[partition.Hash]partition.UUID{}
+
+	loads, releaseLoads := newGate(), make(chan struct{})
+	pushes := newGate()
+	var inStore, most atomic.Int32
+	b.store.before = func(op string) {
+		switch op {
+		case "load":
+			loads.arrived <- struct{}{}
+			<-releaseLoads
+		case "push":
+			n := inStore.Add(1)
+			defer inStore.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			select {
+			case pushes.arrived <- struct{}{}:
+			default:
+			}
+			<-pushes.release
+		}
+	}
+	// The first pushes of two new partitions start their loads (held) and
+	// probe the whole window meanwhile: one reaches the store, the other
+	// waits for it.
+	var done []<-chan struct{}
+	for _, p := range []string{"p1", "p2"} {
+		done = append(done, b.pushAsync(context.Background(), group("q", p, "a")))
+	}
+	pushes.waitArrival(t)
+	loads.waitArrival(t)
+	require.Never(t, func() bool { return inStore.Load() > 1 }, 200*time.Millisecond, time.Millisecond,
+		"a second probe of a loading partition reached the store")
+	// A push that probes for no load is not held back by them.
+	done = append(done, b.pushAsync(context.Background(), group("nodedup", "p", "x")))
+	require.Eventually(t, func() bool { return inStore.Load() == 2 }, 30*time.Second, time.Millisecond,
+		"the dedup-off push waited for the probes")
+	close(pushes.release)
+	close(releaseLoads)
+	for _, d := range done {
+		waitDone(t, d)
+	}
+	require.Equal(t, int32(2), most.Load())
+}
+
+// With WarmStart, a new registry loads the partitions pushed to recently
+// (the store lists them) before any push, together: one load for all of
+// them, not one per partition as their first pushes would ask.
+func TestWarmStartLoadsRecentPartitionsTogether(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	for range 5 {
+		st.recent = append(st.recent, partition.NewV7())
+	}
+	reg := NewRegistry(st, Config{Cache: cache.New(cache.Config{Enabled: true, BudgetBytes: 1 << 20}),
+		CacheBudgetBytes: 1 << 20, WarmStart: true, Logger: zerolog.Nop()})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, reg.Close(ctx))
+	})
+	require.Eventually(t, func() bool { return reg.Stats().Hydrations.Finished == 5 }, 30*time.Second, time.Millisecond,
+		"the recent partitions were not loaded: %+v", reg.Stats().Hydrations)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	require.Len(t, st.loads, 1, "one load for all of them")
+	require.ElementsMatch(t, st.recent, st.loads[0])
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/regina-mq/regina/cache"
 	"github.com/regina-mq/regina/internal/crypt"
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
@@ -450,16 +451,14 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 		// The same window goes to the cache and, as WindowHint, to SQL,
 		// which ignores the watermark if the queue's window has grown.
 		a.batch.Epoch = a.reg.syncEpoch()
-		var known bool
-		a.batch.Watermark, known = a.watermark()
+		var known, loading bool
+		a.batch.Watermark, known, loading = a.watermark()
 		a.batch.ExpectDuplicates = a.ref.WindowSeconds > 0 && (known || a.allDup) &&
 			!a.reg.cfg.NoUnlockedDuplicates
 		if !a.batch.ExpectDuplicates {
 			a.batch.Originals = a.batch.Originals[:0]
 		}
-		start := time.Now()
-		res, err := a.reg.storePush(ctx, a, &a.batch)
-		a.reg.cfg.Metrics.ObservePushTransaction(time.Since(start))
+		res, err := a.store(ctx, loading)
 		switch {
 		case err == nil:
 			a.allDup = res.FirstOffset < 0
@@ -496,6 +495,20 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 		lastErr = err
 	}
 	return fmt.Errorf("push %s/%s: gave up after %d attempts: %w", a.queue, a.part, maxPushAttempts, lastErr)
+}
+
+// store runs the batch's push transaction. With loading (a full-window
+// probe while the partition's cache loads) it first takes one of the
+// registry's loadingProbes slots, so the loads are not starved by probes of
+// the partitions they are loading (see hydrate.go).
+func (a *actor) store(ctx context.Context, loading bool) (reginatype.PushResult, error) {
+	if loading {
+		a.reg.loadingProbes <- struct{}{}
+		defer func() { <-a.reg.loadingProbes }()
+	}
+	start := time.Now()
+	defer func() { a.reg.cfg.Metrics.ObservePushTransaction(time.Since(start)) }()
+	return a.reg.storePush(ctx, a, &a.batch)
 }
 
 // setRef makes ref the actor's partition, with its queue's options as read
@@ -578,18 +591,20 @@ func (a *actor) buildBatch(reqs []*request) {
 // and starts a hydration when the cache cannot vouch for the partition. known
 // reports that the cache holds every hash of the batch (a prediction that the
 // batch is all duplicates, not a proof); the batch's Originals then name
-// the segments the cache holds them in.
-func (a *actor) watermark() (w int64, known bool) {
+// the segments the cache holds them in. loading reports a full-window probe
+// because the partition's load is running.
+func (a *actor) watermark() (w int64, known, loading bool) {
 	if a.ref.WindowSeconds <= 0 {
-		return reginatype.NoWatermark, false
+		return reginatype.NoWatermark, false, false
 	}
 	w, found, origs, reason := a.reg.cache.WatermarkOriginals(a.ref.ID, a.ref.WindowSeconds, a.scratch.hashes,
 		a.batch.Originals)
+	loading = reason == cache.ReasonHydrating
 	if needsHydration(reason) {
-		a.reg.maybeHydrate(a.ref.ID)
+		loading = a.reg.maybeHydrate(a.ref.ID)
 	}
 	a.batch.Originals = origs
-	return w, found > 0 && found == len(a.scratch.hashes)
+	return w, found > 0 && found == len(a.scratch.hashes), w < 0 && loading
 }
 
 // learn teaches the cache the segment a push wrote: the hashes of the stored

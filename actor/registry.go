@@ -39,6 +39,9 @@ type Store interface {
 	// is.
 	StreamHydrations(ctx context.Context, ps []partition.UUID, heads func([]reginatype.Hydration) error,
 		row func(i int, first int64, createdAt time.Time, hashes [][16]byte) error) error
+	// RecentPartitions lists up to limit partitions pushed to inside their
+	// queue's window, the most recent first (the cache loads them at start).
+	RecentPartitions(ctx context.Context, limit int) ([]partition.UUID, error)
 	// Epoch numbers the database servers seen; it moves on when the server
 	// changed (a failover), before anything runs on the new one. What the
 	// cache learned under another epoch is dropped.
@@ -98,6 +101,10 @@ type Config struct {
 	// (QUEEN_DEDUP_CACHE). nil disables it: every push probes the whole
 	// window. The registry starts its background loads (hydrations).
 	Cache *cache.Cache
+	// WarmStart makes NewRegistry start loading the cache of the partitions
+	// pushed to inside their windows (Store.RecentPartitions) at once, in
+	// one pass, ahead of their pushes (see hydrate.go).
+	WarmStart bool
 	// CacheBudgetBytes is the budget Cache was created with
 	// (QUEEN_DEDUP_CACHE_MB << 20; 0 means 512 MiB). A hydration stops
 	// reading a partition whose window holds more than the budget could.
@@ -208,6 +215,10 @@ type Registry struct {
 	cache *cache.Cache
 	hyd   *hydrator
 	hooks hooks
+	// loadingProbes holds a slot per push transaction in flight that
+	// probes the whole window of a partition whose cache load is running
+	// (maxLoadingProbes; see hydrate.go).
+	loadingProbes chan struct{}
 	// refs is what the registry knows of partitions and their queues'
 	// options beyond their actors' lives (refs.go).
 	refs *refs
@@ -274,18 +285,24 @@ func NewRegistry(store Store, cfg Config) *Registry {
 				log.Error().Err(err).Int("batches", batches).Msg("packed push panicked")
 			}}
 	}
-	return &Registry{
-		pack:        pack,
-		store:       store,
-		cfg:         cfg,
-		log:         log,
-		mismatchLog: log.Sample(&zerolog.BurstSampler{Burst: mismatchLogBurst, Period: mismatchLogPeriod}),
-		cache:       c,
-		hyd:         newHydrator(cfg.CacheBudgetBytes),
-		refs:        newRefs(),
-		actors:      make(map[string]*actor),
-		stop:        make(chan struct{}),
+	r := &Registry{
+		pack:          pack,
+		store:         store,
+		cfg:           cfg,
+		log:           log,
+		mismatchLog:   log.Sample(&zerolog.BurstSampler{Burst: mismatchLogBurst, Period: mismatchLogPeriod}),
+		cache:         c,
+		hyd:           newHydrator(cfg.CacheBudgetBytes),
+		refs:          newRefs(),
+		loadingProbes: make(chan struct{}, maxLoadingProbes),
+		actors:        make(map[string]*actor),
+		stop:          make(chan struct{}),
 	}
+	if cfg.WarmStart && cfg.Cache != nil {
+		r.hyd.wg.Add(1)
+		go r.warmStart()
+	}
+	return r
 }
 
 // The rate of the payload mismatch warnings: at most mismatchLogBurst per

@@ -99,3 +99,24 @@ func (b *bloom) hasMixes(h1, h2 uint64) bool {
 	}
 	return true
 }
+
+// addAll adds keys. It first reads one word of each key's block, so that
+// the keys' cache misses overlap (the reads are independent; adding key by
+// key, each miss waited for the previous key's writes), then sets the bits:
+// a cache load adds a row's keys at once.
+func (b *bloom) addAll(keys []uint64) {
+	var sink uint64
+	for _, k := range keys {
+		_, h2 := mixes(k)
+		sink |= b.block(h2)[0]
+	}
+	keep(sink)
+	for _, k := range keys {
+		b.add(k)
+	}
+}
+
+// keep keeps addAll's reads from being optimised away.
+//
+//go:noinline
+func keep(uint64) {}

@@ -15,7 +15,17 @@ func TestBloomHasEveryKeyAdded(t *testing.T) {
 		keys := make([]uint64, n)
 		for i := range keys {
 			keys[i] = rng.Uint64()
-			b.add(keys[i])
+			if i%2 == 0 {
+				b.add(keys[i])
+			}
+		}
+		// The other half in rows, as a load adds them.
+		var row []uint64
+		for i := 1; i < n; i += 2 {
+			if row = append(row, keys[i]); len(row) == 10 || i+2 >= n {
+				b.addAll(row)
+				row = row[:0]
+			}
 		}
 		for _, k := range keys {
 			require.True(t, b.has(k), "n=%d", n)

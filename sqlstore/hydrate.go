@@ -171,6 +171,14 @@ func (s *Store) StreamHydrations(ctx context.Context, ps []partition.UUID, heads
 	var callerErr error
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
+			// A pass over a deep window outlasts the broker's statement
+			// timeout (DB_STATEMENT_TIMEOUT, 30 s) on a busy server: 10M
+			// hashes beside other work were cancelled at 30 s and asked
+			// for again at the next push, so they never loaded. The
+			// caller's context bounds the load instead.
+			if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+				return err
+			}
 			rows, err := tx.Query(ctx, qualify(hydrateManyHeadSQL, s.schema), ids)
 			if err != nil {
 				return err
@@ -248,6 +256,30 @@ func (s *Store) StreamHydrations(ctx context.Context, ps []partition.UUID, heads
 		return fmt.Errorf("load hydrations: %w", classify(err))
 	}
 	return nil
+}
+
+// RecentPartitions returns up to limit partitions of queues with a dedup
+// window that were pushed to inside it, the most recently pushed first: the
+// partitions a broker that just started will push to, whose cache it loads
+// ahead of their pushes. One pass over partitions (no index on
+// last_push_at: a broker starts rarely).
+func (s *Store) RecentPartitions(ctx context.Context, limit int) ([]partition.UUID, error) {
+	rows, err := s.pool.Query(ctx, qualify(`SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		 WHERE q.dedup_window_seconds > 0
+		   AND p.last_push_at > now() - make_interval(secs => q.dedup_window_seconds)
+		 ORDER BY p.last_push_at DESC LIMIT $1`, s.schema), limit)
+	if err != nil {
+		return nil, fmt.Errorf("recent partitions: %w", classify(err))
+	}
+	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (partition.UUID, error) {
+		var id partition.UUID
+		err := r.Scan((*uuidScanner)(&id))
+		return id, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recent partitions: %w", classify(err))
+	}
+	return ids, nil
 }
 
 // SidecarDepth estimates, with index lookups, how many hashes a hydration

@@ -170,7 +170,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		MailboxMaxItems: cfg.MailboxMaxItems, MailboxMaxBytes: cfg.MailboxMaxBytes,
 		BatchMaxItems: cfg.BatchMaxItems, BatchMaxBytes: cfg.BatchMaxBytes,
 		IdleTimeout: cfg.ActorIdle, Logger: log, BeforeBatch: cfg.beforeBatch,
-		Cache: dedupCache, CacheBudgetBytes: cacheBudget, Metrics: met, Key: key,
+		Cache: dedupCache, CacheBudgetBytes: cacheBudget, WarmStart: cfg.DedupCache, Metrics: met, Key: key,
 		NoUnlockedDuplicates: cfg.noUnlockedDups,
 	})
 	if cfg.onRegistry != nil {
