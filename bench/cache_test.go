@@ -84,6 +84,20 @@ func preloadWindow(b *testing.B, st *sqlstore.Store, ref reginatype.PartitionRef
 	exec(`VACUUM ANALYZE queen.log_txns`)
 }
 
+// ensureRefs creates (or finds) partitions prefix0 .. prefix(n-1) of queue.
+func ensureRefs(b *testing.B, st *sqlstore.Store, queue, prefix string, n int) []reginatype.PartitionRef {
+	b.Helper()
+	refs := make([]reginatype.PartitionRef, n)
+	for i := range refs {
+		ref, err := st.EnsurePartition(context.Background(), queue, prefix+strconv.Itoa(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		refs[i] = ref
+	}
+	return refs
+}
+
 // warmConnections makes every pool connection run both probes of
 // push_segment more than five times, so that PL/pgSQL has settled on its
 // cached plans before anything is measured (the first five executions on a
@@ -92,14 +106,7 @@ func preloadWindow(b *testing.B, st *sqlstore.Store, ref reginatype.PartitionRef
 func warmConnections(b *testing.B, st *sqlstore.Store, conns int) {
 	b.Helper()
 	ctx := context.Background()
-	refs := make([]reginatype.PartitionRef, conns)
-	for i := range refs {
-		ref, err := st.EnsurePartition(ctx, "cachebench", "warm-"+strconv.Itoa(i))
-		if err != nil {
-			b.Fatal(err)
-		}
-		refs[i] = ref
-	}
+	refs := ensureRefs(b, st, "cachebench", "warm-", conns)
 	errs := make(chan error, conns)
 	for round := range 16 {
 		for i := range refs {

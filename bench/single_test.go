@@ -30,14 +30,7 @@ func BenchmarkSingleItemPushCPU(b *testing.B) {
 	schema := sqlstoretest.NewSchema(b)
 	st := sqlstoretest.OpenConfig(b, sqlstore.Config{URL: sqlstoretest.URL(b), Schema: schema, MaxConns: 1})
 	const parts = 1000
-	refs := make([]reginatype.PartitionRef, parts)
-	for i := range refs {
-		ref, err := st.EnsurePartition(ctx, "single", "p"+strconv.Itoa(i))
-		if err != nil {
-			b.Fatal(err)
-		}
-		refs[i] = ref
-	}
+	refs := ensureRefs(b, st, "single", "p", parts)
 	// The store's one connection: the backend whose last statement named
 	// the schema.
 	var pid int

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"runtime/debug"
 	"time"
@@ -79,7 +78,7 @@ func openRiver(ctx context.Context, dbURL, schema string, conns int32) (*riverPe
 }
 
 // quietLogger drops River's logs (its warnings would interleave with ours).
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // client returns a River client on the peer's pool and schema. cfg may be
 // nil (an insert-only client); a consumer passes its Queues and Workers.
@@ -114,7 +113,7 @@ func (p *riverPeer) close(ctx context.Context) {
 // while one with its key is in any of the default unique states (available,
 // completed, pending, retryable, running, scheduled), as Queen's unique key.
 type riverJob struct {
-	Tx      string          `json:"tx" river:"unique"`
+	Tx      string          `json:"tx"      river:"unique"`
 	Payload json.RawMessage `json:"payload"`
 }
 
