@@ -51,6 +51,8 @@ func invalidNote(r *PhaseResult) string {
 	switch {
 	case r.Partial && !r.valid():
 		return " (partial; left out)"
+	case r.Ops == 0 && r.Errors == 0:
+		return " (nothing answered in the window; left out)"
 	case r.Partial:
 		return " (partial)"
 	case !r.valid():

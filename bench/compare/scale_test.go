@@ -132,7 +132,7 @@ func TestLong_ScaleFastMode(t *testing.T) {
 	code := run([]string{"-scale", "-database-url", url, "-regina", filepath.Join(dir, "regina"),
 		"-duration", "1s", "-warmup", "200ms", "-connections", "4", "-partitions", "4",
 		"-scale-partitions", "1,200", "-scale-hashes", "1k,5k", "-scale-pop", "100,300", "-scale-pop-backlog", "3000",
-		"-scale-drain", "200", "-scale-drain-per", "2", "-scale-restart-after", "1500ms", "-out", out, "-plot-dir", dir})
+		"-scale-drain", "200", "-scale-drain-per", "2", "-scale-restart-after", "3s", "-out", out, "-plot-dir", dir})
 	require.Zero(t, code)
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
@@ -141,7 +141,7 @@ func TestLong_ScaleFastMode(t *testing.T) {
 		"### As partitions grow", "| 200 | **",
 		"### As the in-window hash count grows", "| Regina msgs/s at 5k hashes / at 1k |",
 		"### Pop as partitions grow", "| 300 | **", "| pops/s at 300 partitions / at 100 |", "| pop p99 at 300 partitions / at 100 |",
-		"### A restart on a database holding a full window", "| msgs/s from 1.5s after the restart / before |",
+		"### A restart on a database holding a full window", "| msgs/s from 3s after the restart / before |",
 		"The restarted broker's msgs/s, 5 s at a time from its first push",
 		"a 200-partition backlog drained to the last message", "| 200 | 400 | all | 4 |",
 	} {

@@ -69,6 +69,15 @@ func (h *harness) writeRestart(b *strings.Builder) string {
 	b.WriteString("\n### A restart on a database holding a full window\n\n")
 	before := summarize(h.byName(phRestartBefore, restartPoint))
 	after := summarize(h.byName(phRestartAfter, restartPoint))
+	if after.n == 0 {
+		// A cold broker that answered nothing inside its window without an
+		// error pushed at 0 msgs/s: a result, not a failed phase.
+		for _, r := range h.results {
+			if r.Name == phRestartAfter && r.Point == restartPoint && r.Window > 0 && r.Errors == 0 {
+				after = phaseSummary{n: 1, broker: r.CPU.Broker, pgOurs: r.CPU.PGOurs, machine: r.CPU.Machine, rss: r.RSSMaxMiB}
+			}
+		}
+	}
 	if h.scale == nil || h.scale.restart == nil || before.n == 0 || after.n == 0 || before.rate <= 0 {
 		b.WriteString("Not measured in this run.\n")
 		return ""
