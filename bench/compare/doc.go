@@ -14,7 +14,7 @@
 //
 // Run it through make, which finds or starts PostgreSQL first:
 //
-//	make compare                    # 3 rounds x 23 phases x (3 s warmup + 20 s): about 30 minutes
+//	make compare                    # 3 rounds x 21 phases (23 with Queen) x (3 s warmup + 20 s): about 30 minutes
 //	make compare DURATION=5s        # the same, shorter: about 10 minutes
 //	make compare COMPARE_ARGS=-blocks=F   # only dedupPayloadCheck report vs off
 //	make compare COMPARE_ARGS=-blocks=AP  # only Regina's shapes: the cpu_us keys
