@@ -3,6 +3,7 @@ package wire
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -40,7 +41,7 @@ func (b *deliveryBackend) Current() reginatype.MaintenanceState { return reginat
 
 func (b *deliveryBackend) Pop(ctx context.Context, req reginatype.PopRequest, _ time.Duration) (reginatype.PopResult, error) {
 	if req.AutoAck {
-		return reginatype.PopResult{}, fmt.Errorf("the store was asked for an autoAck pop")
+		return reginatype.PopResult{}, errors.New("the store was asked for an autoAck pop")
 	}
 	b.popGate(ctx)
 	lease := partition.NewV7()
