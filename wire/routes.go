@@ -367,14 +367,6 @@ func routeLabel(path string) string {
 	return "other"
 }
 
-// WriteRoutesList writes the route table as the README's list: one line per
-// route, method, path and what it does.
-func WriteRoutesList(w io.Writer) {
-	for _, r := range routes {
-		fmt.Fprintf(w, "- `%s %s`: %s\n", r.Method, r.Pattern, r.Doc)
-	}
-}
-
 // WriteRoutesMarkdown writes the route table as the Markdown table of
 // docs/api.md (method, path, access level, what it does).
 func WriteRoutesMarkdown(w io.Writer) {

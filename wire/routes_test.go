@@ -137,13 +137,11 @@ const (
 	routesEnd   = "<!-- routes:end -->"
 )
 
-// The route lists in docs/api.md (a table) and the README (one line per
-// route) are generated from the table.
+// The route table in docs/api.md is generated from the table.
 func TestRoutesDoc(t *testing.T) {
 	t.Parallel()
 	for file, write := range map[string]func(io.Writer){
 		"../docs/api.md": WriteRoutesMarkdown,
-		"../README.md":   WriteRoutesList,
 	} {
 		doc, err := os.ReadFile(file)
 		require.NoError(t, err)
