@@ -63,12 +63,13 @@ type pooledM struct{ m TestingM }
 // Without it Schema is NewSchema.
 func WithPool(m TestingM) TestingM { return pooledM{m} }
 
-// Run runs the tests, then drops the pool's schemas. A failure to drop them
-// fails the run.
+// Run runs the tests, then waits for the databases (Database) being dropped
+// and drops the pool's schemas. A failure to drop one fails the run.
 func (p pooledM) Run() int {
 	schemas.on.Store(true)
 	code := p.m.Run()
-	if err := schemas.close(); err != nil {
+	errs := append(waitDatabaseDrops(), schemas.close())
+	if err := errors.Join(errs...); err != nil {
 		fmt.Fprintf(os.Stderr, "sqlstoretest: %v\n", err)
 		if code == 0 {
 			code = 1

@@ -84,3 +84,21 @@ func TestSchemaPoolDropsAChangedSchema(t *testing.T) {
 		`SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, changed).Scan(&exists))
 	require.False(t, exists)
 }
+
+// A test's own database is there for the test and gone once the background
+// drop WithPool waits for has run.
+func TestDatabaseIsDroppedAfterTheTest(t *testing.T) {
+	ctx := context.Background()
+	exists := func(name string) bool {
+		var ok bool
+		require.NoError(t, Pool(t).QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)`, name).Scan(&ok))
+		return ok
+	}
+	var name string
+	t.Run("uses", func(t *testing.T) {
+		name = Database(t)
+		require.True(t, exists(name))
+	})
+	require.Empty(t, waitDatabaseDrops())
+	require.False(t, exists(name))
+}
