@@ -60,13 +60,16 @@ type pooledM struct{ m TestingM }
 //
 //	func TestMain(m *testing.M) { os.Exit(sqlstoretest.WithPool(m).Run()) }
 //
-// Without it Schema is NewSchema.
+// Without it, or with SQLSTORETEST_POOL=off in the environment (to rule
+// the pool out when a test fails), Schema is NewSchema. With
+// SQLSTORETEST_POOL_STATS set, Run prints how many schemas were taken,
+// recycled and dropped.
 func WithPool(m TestingM) TestingM { return pooledM{m} }
 
 // Run runs the tests, then waits for the databases (Database) being dropped
 // and drops the pool's schemas. A failure to drop one fails the run.
 func (p pooledM) Run() int {
-	schemas.on.Store(true)
+	schemas.on.Store(os.Getenv("SQLSTORETEST_POOL") != "off")
 	code := p.m.Run()
 	errs := append(waitDatabaseDrops(), schemas.close())
 	if err := errors.Join(errs...); err != nil {
