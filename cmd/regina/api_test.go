@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -298,15 +297,7 @@ func TestRetentionPurgesTheSidecar(t *testing.T) {
 func TestBinaryServesWithOnlyDatabaseURLAndPort(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, sqlstoretest.URL(t))
-	require.NoError(t, err)
-	dbName := fmt.Sprintf("regina_bin_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+dbName)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)")
-		admin.Close(ctx)
-	})
+	dbName := sqlstoretest.Database(t)
 	cfg, err := pgx.ParseConfig(sqlstoretest.URL(t))
 	require.NoError(t, err)
 	dbURL := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, dbName)

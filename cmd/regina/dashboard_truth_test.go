@@ -376,10 +376,24 @@ func TestDashboardOperationsLive(t *testing.T) {
 	v = getView(t, b, "/api/v1/analytics/worker-metrics", map[string]string{"workers[].avgEventLoopLagMs": kNum,
 		"workers[].maxEventLoopLagMs": kNum, "workers[].jobQueueSize": kNum})
 	require.GreaterOrEqual(t, at(t, v, "workers[].jobQueueSize").(float64), 50.0)
+	// The partition count can show 3 a flush before the last pushes' counts
+	// land: wait for both.
 	require.Eventually(t, func() bool {
 		_, body := do(t, "GET", b.URL+"/api/v1/analytics/queue-ops?queue="+q, nil)
-		return strings.Contains(string(body), `"partitionCount":3`)
-	}, 30*time.Second, 50*time.Millisecond, "queue-ops never showed 3 partitions")
+		var ops struct {
+			Series []struct {
+				PushMessages float64 `json:"pushMessages"`
+			} `json:"series"`
+		}
+		if !strings.Contains(string(body), `"partitionCount":3`) || json.Unmarshal(body, &ops) != nil {
+			return false
+		}
+		var pushed float64
+		for _, s := range ops.Series {
+			pushed += s.PushMessages
+		}
+		return pushed == 150
+	}, 30*time.Second, 50*time.Millisecond, "queue-ops never showed 3 partitions and 150 pushed messages")
 	v = getView(t, b, "/api/v1/analytics/queue-ops?queue="+q, map[string]string{"series[].bucket": kStr})
 	require.EqualValues(t, 150, sumOf(t, v, "series[].pushMessages"))
 	rows := lookup(t, "queue-ops", v, "series[]")

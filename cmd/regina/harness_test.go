@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(sqlstoretest.WithPool(m),
 		// pgxpool's background health check and fasthttp's worker pool
 		// cleaner can outlive a test by a tick.
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
@@ -68,7 +68,8 @@ type testBroker struct {
 	done   chan error
 }
 
-// startBroker starts a broker on schema (a fresh one when empty). mutate may
+// startBroker starts a broker on schema (one of the test's own, from
+// sqlstoretest.Schema, when empty). mutate may
 // adjust the configuration before start.
 func startBroker(t *testing.T, schema string, mutate func(*Config)) *testBroker {
 	t.Helper()
@@ -99,7 +100,7 @@ func (w *syncBuffer) String() string {
 func startBrokerLog(t *testing.T, schema string, mutate func(*Config), logw io.Writer) *testBroker {
 	t.Helper()
 	if schema == "" {
-		schema = sqlstoretest.NewSchema(t)
+		schema = sqlstoretest.Schema(t)
 	}
 	cfg := brokerConfig(t, schema)
 	if mutate != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
 
@@ -233,12 +232,7 @@ func TestReadOnlyDatabaseIsNoPrimary(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dbName := "regina_ro_" + partition.NewV7().String()[24:]
-			_, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{dbName}.Sanitize())
-			require.NoError(t, err)
-			t.Cleanup(func() {
-				_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)")
-			})
+			dbName := sqlstoretest.Database(t)
 			u, err := url.Parse(sqlstoretest.URL(t))
 			require.NoError(t, err)
 			u.Path = "/" + dbName

@@ -1,7 +1,11 @@
 // Package sqlstoretest gives tests a real PostgreSQL: one database for the
 // test binary (TEST_DATABASE_URL, default
-// postgres://postgres@127.0.0.1:5432/regina_test) and a fresh schema per test,
-// dropped when the test ends. Import it only from _test.go files.
+// postgres://postgres@127.0.0.1:5432/regina_test) and a schema per test that
+// no other test sees: a fresh one (NewSchema), dropped when the test ends, or
+// a migrated one from the package's pool (Schema, and Open or OpenConfig
+// without a schema, when TestMain runs the tests through WithPool; see
+// pool.go), emptied for the next test when the test ends. Import it only from
+// _test.go files.
 package sqlstoretest
 
 import (
@@ -101,10 +105,11 @@ func NewSchema(t testing.TB) string {
 	return name
 }
 
-// Open returns a Store on a fresh schema (migrated), closed when the test ends.
+// Open returns a Store on a schema of the test's own (Schema), migrated,
+// closed when the test ends.
 func Open(t testing.TB) *sqlstore.Store {
 	t.Helper()
-	return OpenSchema(t, NewSchema(t))
+	return OpenSchema(t, Schema(t))
 }
 
 // OpenSchema returns a Store on the given schema, closed when the test ends.
@@ -114,15 +119,15 @@ func OpenSchema(t testing.TB, schema string) *sqlstore.Store {
 }
 
 // OpenConfig returns a Store opened with cfg, closed when the test ends. An
-// empty URL is the test database's, an empty Schema a new one, MaxConns 0
-// is 8; a zero Logger logs nothing.
+// empty URL is the test database's, an empty Schema one of the test's own
+// (Schema), MaxConns 0 is 8; a zero Logger logs nothing.
 func OpenConfig(t testing.TB, cfg sqlstore.Config) *sqlstore.Store {
 	t.Helper()
 	if cfg.URL == "" {
 		cfg.URL = URL(t)
 	}
 	if cfg.Schema == "" {
-		cfg.Schema = NewSchema(t)
+		cfg.Schema = Schema(t)
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = 8
