@@ -54,7 +54,14 @@ func (l *Linked) Pop(ctx context.Context, req reginatype.PopRequest, wait time.D
 	for {
 		// Subscribe before looking, so a push that lands in between wakes us.
 		woken := l.reg.signals.wait(req.Queue)
-		res, err := l.store.Pop(ctx, req)
+		if ctx.Err() != nil {
+			return reginatype.PopResult{}, nil // the caller left: take nothing
+		}
+		// The look itself is not cut short when ctx ends: a pop whose
+		// transaction committed must return its lease to the caller, who
+		// settles it (releases it when its client is gone). Cancelled
+		// mid-commit, the lease would be taken with nobody to release it.
+		res, err := l.store.Pop(context.WithoutCancel(ctx), req)
 		if err != nil || len(res.Messages) > 0 || wait <= 0 {
 			return res, err
 		}

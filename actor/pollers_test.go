@@ -97,3 +97,52 @@ func TestLongPollsShareOnePoller(t *testing.T) {
 	default:
 	}
 }
+
+// commitStore is a LinkedStore whose pop takes a lease (commits) only once
+// the test lets it, after the caller's context has ended; it fails the pop
+// when its context is cancelled, as pgx does for a statement cut short.
+type commitStore struct {
+	LinkedStore
+	entered chan struct{}
+	commit  chan struct{}
+}
+
+func (s *commitStore) Pop(ctx context.Context, _ reginatype.PopRequest) (reginatype.PopResult, error) {
+	close(s.entered)
+	select {
+	case <-s.commit:
+		return reginatype.PopResult{Messages: []reginatype.PoppedMessage{{Offset: 1}}}, nil
+	case <-ctx.Done():
+		return reginatype.PopResult{}, ctx.Err()
+	}
+}
+
+// TestPopLookOutlivesItsCaller: a long poll whose caller leaves while the
+// store is taking a lease gets the lease back (to release it), never an
+// error that would leave the lease held by nobody until it expires.
+func TestPopLookOutlivesItsCaller(t *testing.T) {
+	b := setup(t, Config{})
+	st := &commitStore{entered: make(chan struct{}), commit: make(chan struct{})}
+	l := b.reg.Link(st)
+	ctx, cancel := context.WithCancel(context.Background())
+	type answer struct {
+		res reginatype.PopResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := l.Pop(ctx, reginatype.PopRequest{Queue: "q"}, time.Minute)
+		done <- answer{res, err}
+	}()
+	<-st.entered
+	cancel()
+	close(st.commit)
+	a := <-done
+	require.NoError(t, a.err)
+	require.Len(t, a.res.Messages, 1, "the leased messages come back to the caller, who settles them")
+
+	// A caller already gone before the look takes nothing.
+	res, err := l.Pop(ctx, reginatype.PopRequest{Queue: "q"}, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, res.Messages)
+}
