@@ -388,6 +388,12 @@ func (s *Server) RunStats(ctx context.Context, cfg StatsConfig) {
 	defer sample.Stop()
 	flush := time.NewTicker(cfg.FlushInterval)
 	defer flush.Stop()
+	// The CPU times at the start, so that the first sample carries the CPU
+	// of its interval too (a minute holding only a process's first sample
+	// would otherwise show no CPU figure).
+	if user, sys, ok := cpuTimes(); ok {
+		s.stats.lastCPU.at, s.stats.lastCPU.user, s.stats.lastCPU.syst = time.Now(), user, sys
+	}
 	var lastPurge time.Time
 	for {
 		select {
