@@ -198,7 +198,8 @@ func setCORS(ctx *fasthttp.RequestCtx) {
 // Handle routes one request through the route table: OPTIONS on any path
 // is the CORS preflight (204); a path no route matches is 404; a path whose
 // routes all want another method is 405 with Allow; a matched route runs
-// only when the request passes its Role (authorize).
+// only when the request passes its Role (authorize) and its path and query
+// parameters are usable text (checkParams).
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	setCORS(ctx)
 	if ctx.IsOptions() {
@@ -212,7 +213,7 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 			answerStarting(ctx)
 			return
 		}
-		if s.authorize(ctx, r) {
+		if s.authorize(ctx, r) && checkParams(ctx, r, params) {
 			r.handle(s, ctx, params)
 		}
 	case len(candidates) > 0:
@@ -293,8 +294,16 @@ func errorStatus(err error) (status int, msg string) {
 	}
 }
 
-// writeCoreError answers with the mapping of errorStatus.
+// writeCoreError answers with the mapping of errorStatus; a value the
+// database refused as invalid (refusedInput) is the client's 400, not
+// retryable, without the database's words.
 func (s *Server) writeCoreError(ctx *fasthttp.RequestCtx, err error) {
+	if code, ok := refusedInput(err); ok {
+		s.log.Warn().Err(err).Msg("the database refused a value the wire let through")
+		writeError(ctx, fasthttp.StatusBadRequest, "Invalid input: the database refused a value of this request (SQLSTATE "+
+			code+"); nothing was changed")
+		return
+	}
 	status, msg := errorStatus(err)
 	if status >= 500 {
 		ctx.Response.Header.Set("Retry-After", "1")
@@ -305,6 +314,19 @@ func (s *Server) writeCoreError(ctx *fasthttp.RequestCtx, err error) {
 	b = appendString(b, msg)
 	b = append(b, `,"retryable":true}`...)
 	writeRaw(ctx, status, b)
+}
+
+// refusedInput reports whether err is PostgreSQL refusing a value: a data
+// exception (SQLSTATE class 22: bad encoding, NUL, out of range) or a
+// program limit (class 54: an index key too long). The wire checks text
+// before it gets there (textcheck.go); this is the net under those checks.
+func refusedInput(err error) (string, bool) {
+	var pg interface{ SQLState() string }
+	if !errors.As(err, &pg) {
+		return "", false
+	}
+	code := pg.SQLState()
+	return code, strings.HasPrefix(code, "22") || strings.HasPrefix(code, "54")
 }
 
 func itoa(n int) string { return string(appendInt(nil, int64(n))) }

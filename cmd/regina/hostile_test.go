@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/regina-mq/regina/wire"
 )
 
 // ghostPoll opens a raw connection to b, sends a pop (path and query) and
@@ -117,4 +121,150 @@ func TestAutoAckAnsweredIsConsumed(t *testing.T) {
 	}
 	status, _ := do(t, "GET", b.URL+"/api/v1/pop/queue/"+queue+"/partition/p?autoAck=true", nil)
 	require.Equal(t, http.StatusNoContent, status)
+}
+
+// stateDigest counts the rows of every table a request could write, so a
+// test can assert that refused requests changed nothing.
+func stateDigest(t *testing.T, d *db) string {
+	t.Helper()
+	var parts []string
+	for _, tbl := range []string{"queues", "partitions", "segments", "log_txns", "consumers", "consumer_groups",
+		"dlq", "traces"} {
+		parts = append(parts, fmt.Sprintf("%s=%d", tbl, d.int(t, `SELECT count(*) FROM queen.`+tbl)))
+	}
+	parts = append(parts, fmt.Sprintf("cursors=%d", d.int(t, `SELECT coalesce(sum(cursor_offset), 0) FROM queen.consumers`)))
+	parts = append(parts, fmt.Sprintf("leases=%d",
+		d.int(t, `SELECT count(*) FROM queen.consumers WHERE lease_id IS NOT NULL`)))
+	return strings.Join(parts, " ")
+}
+
+// refusedAs400 asserts a 400 whose JSON error names field and carries no
+// database text.
+func refusedAs400(t *testing.T, what string, status int, body []byte, field string) {
+	t.Helper()
+	require.Equal(t, http.StatusBadRequest, status, "%s: %s", what, body)
+	var e struct {
+		Error     string `json:"error"`
+		Retryable bool   `json:"retryable"`
+	}
+	require.NoError(t, json.Unmarshal(body, &e), "%s: %s", what, body)
+	require.Contains(t, e.Error, field, "%s: the error does not name the field", what)
+	require.False(t, e.Retryable, "%s", what)
+	for _, dbText := range []string{"SQLSTATE", "invalid byte sequence", "0x00", "pq:", "ERROR:"} {
+		require.NotContains(t, e.Error, dbText, "%s: database text in the answer", what)
+	}
+}
+
+// TestNULIsABadRequestEverywhere: NUL and invalid UTF-8 in any path
+// parameter, any query parameter or any string of a body is a 400 naming
+// the field, on every route, and changes nothing; a batch ack with one such
+// item fails that item alone.
+func TestNULIsABadRequestEverywhere(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", nil)
+	d := newDB(t, b.Schema)
+	const queue = "nul"
+	b.configure(t, queue, map[string]any{"leaseTime": 300})
+	for i := range 3 {
+		b.push(t, item{"queue": queue, "partition": "p", "transactionId": fmt.Sprintf("ok%d", i), "payload": i})
+	}
+	popped := b.pop(t, queue, "p", url.Values{"batch": {"3"}}).Messages
+	require.Len(t, popped, 3)
+	before := stateDigest(t, d)
+
+	// Every route, every parameter: %00 and %FF in the path, in a query
+	// parameter's value and in its name.
+	for _, r := range wire.Routes() {
+		for _, bad := range []string{"a%00b", "a%FFb"} {
+			path := r.Pattern
+			hasParam := strings.Contains(path, ":")
+			for seg := range strings.SplitSeq(r.Pattern, "/") {
+				if strings.HasPrefix(seg, ":") {
+					path = strings.Replace(path, seg, bad, 1)
+				}
+			}
+			if hasParam {
+				status, body := do(t, r.Method, b.URL+path, nil)
+				refusedAs400(t, r.Method+" "+path, status, body, "Path parameter")
+				// The path cleaned, the same bad value in a query parameter.
+				path = strings.ReplaceAll(path, bad, "x")
+			}
+			status, body := do(t, r.Method, b.URL+path+"?consumerGroup="+bad, nil)
+			refusedAs400(t, r.Method+" "+path+"?consumerGroup="+bad, status, body, "consumerGroup")
+			status, body = do(t, r.Method, b.URL+path+"?"+bad+"=1", nil)
+			refusedAs400(t, r.Method+" "+path+"?"+bad+"=1", status, body, "Query parameter name")
+		}
+	}
+	m := popped[0]
+	pid := m.PartitionID
+	bodies := []struct {
+		method, path, body, field string
+	}{
+		{"POST", "/api/v1/push", `{"items":[{"queue":"nul","partition":"p","transactionId":"a\u0000b","payload":1}]}`,
+			"items[0].transactionId"},
+		{"POST", "/api/v1/push", `{"items":[{"queue":"nul","partition":"p\u0000","payload":1}]}`, "items[0].partition"},
+		{"POST", "/api/v1/push", `{"items":[{"queue":"n\u0000l","payload":1}]}`, "items[0].queue"},
+		{"POST", "/api/v1/ack", `{"transactionId":"a\u0000b","partitionId":"` + pid + `","status":"failed"}`,
+			"transactionId"},
+		{"POST", "/api/v1/ack", `{"transactionId":"` + m.TransactionID + `","partitionId":"` + pid + `","leaseId":"` +
+			m.LeaseID + `","status":"dlq","error":"boom\u0000"}`, "error"},
+		{"POST", "/api/v1/ack", `{"transactionId":"` + m.TransactionID + `","partitionId":"` + pid + `","leaseId":"` +
+			m.LeaseID + `","consumerGroup":"g\u0000"}`, "consumerGroup"},
+		{"POST", "/api/v1/ack/batch", `{"consumerGroup":"g\u0000","acknowledgments":[]}`, "consumerGroup"},
+		{"POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"nul","transactionId":"t\u0000"}]}]}`,
+			"operations[0].items[0].transactionId"},
+		{"POST", "/api/v1/configure", `{"queue":"q\u0000","options":{}}`, "queue"},
+		{"POST", "/api/v1/traces", `{"transactionId":"` + m.TransactionID + `","partitionId":"` + pid +
+			`","data":{"ok":"\u0000 is data"},"traceNames":["n\u0000"]}`, "traceNames[0]"},
+		{"POST", "/api/v1/traces", `{"transactionId":"` + m.TransactionID + `","partitionId":"` + pid +
+			`","data":{},"eventType":"e\u0000"}`, "eventType"},
+		{"POST", "/api/v1/dedup/lookup", `{"items":[{"queue":"nul","partition":"p","transactionId":"t\u0000"}]}`,
+			"items[0].transactionId"},
+		{"POST", "/api/v1/consumer-groups/g/subscription", `{"subscriptionTimestamp":"2026\u0000"}`,
+			"subscriptionTimestamp"},
+		{"POST", "/streams/v1/queries", `{"name":"s\u0000","source_queue":"nul"}`, "name"},
+		{"POST", "/streams/v1/state/get", `{"query_id":"q","partition_id":"p","keys":["k\u0000"]}`, "keys[0]"},
+		{"POST", "/api/v1/push", `{"items":[{"queue":"nul","transactionId":"k","payload":1,"x\u0000y":1}]}`,
+			`items[0]."x\u0000y"`},
+	}
+	for _, c := range bodies {
+		status, body := do(t, c.method, b.URL+c.path, c.body)
+		refusedAs400(t, c.method+" "+c.path+" "+c.body, status, body, c.field)
+	}
+	require.Equal(t, before, stateDigest(t, d), "a refused request changed something")
+
+	// Names too long for an index (random, so that they do not compress):
+	// refused by the database, answered as a 4xx without its words.
+	var sb strings.Builder
+	for sb.Len() < 4000 {
+		fmt.Fprintf(&sb, "%x", rand.Uint64())
+	}
+	long := sb.String()
+	for _, u := range []string{"/api/v1/pop/queue/" + queue + "?consumerGroup=" + long,
+		"/api/v1/pop/queue/" + queue + "/partition/" + long, "/api/v1/pop/queue/" + long + "?consumerGroup=x"} {
+		status, body := do(t, "GET", b.URL+u, nil)
+		require.Less(t, status, 500, "%.100s: %s", u, body)
+		require.NotContains(t, string(body), "index row", "%.100s", u)
+	}
+	// A batch ack with one NUL item: that item fails, its neighbours are
+	// acknowledged (the message with the bad item's id is not touched).
+	acks := []map[string]any{
+		{"transactionId": popped[0].TransactionID, "partitionId": pid, "leaseId": popped[0].LeaseID, "status": "completed"},
+		{"transactionId": "bad\x00id", "partitionId": pid, "status": "failed", "error": "x"},
+		{"transactionId": popped[1].TransactionID, "partitionId": pid, "leaseId": popped[1].LeaseID, "status": "dlq",
+			"error": "fine"},
+	}
+	status, body := do(t, "POST", b.URL+"/api/v1/ack/batch", map[string]any{"acknowledgments": acks})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	var rs []ackResult
+	require.NoError(t, json.Unmarshal(body, &rs), "%s", body)
+	require.Len(t, rs, 3)
+	require.True(t, rs[0].Success, "%s", body)
+	require.False(t, rs[1].Success, "%s", body)
+	require.Contains(t, *rs[1].Error, "acknowledgments[1].transactionId must not contain NUL", "%s", body)
+	require.True(t, rs[2].Success, "%s", body)
+	require.EqualValues(t, 1, d.int(t, `SELECT count(*) FROM queen.dlq`))
+	// The third message is still leased; the broker still serves.
+	require.EqualValues(t, 1, d.int(t, `SELECT count(*) FROM queen.consumers WHERE lease_id IS NOT NULL`))
+	b.push(t, item{"queue": queue, "partition": "p", "transactionId": "after", "payload": 1})
 }
