@@ -86,6 +86,12 @@ type Config struct {
 	MaxBodyBytes int
 	ReadTimeout  time.Duration
 	IdleTimeout  time.Duration
+	// MaxConnections bounds the client connections served at once (0: from
+	// the open-file limit, see maxConnections); MaxConnectionsPerIP those
+	// from one address (0: no bound). One over either is closed as soon as
+	// accepted.
+	MaxConnections      int
+	MaxConnectionsPerIP int
 	// ShutdownTimeout bounds the drain on SIGTERM; 0 does not wait.
 	ShutdownTimeout time.Duration
 
@@ -258,6 +264,13 @@ var settings = []setting{
 	{env: "HTTP_IDLE_TIMEOUT", group: groupLimits, flag: "http-idle-timeout", def: "120000",
 		help: "ms before an idle keep-alive connection is closed", min: 1,
 		field: func(c *Config) any { return &c.IdleTimeout }},
+	{env: "MAX_CONNECTIONS", group: groupLimits, flag: "max-connections", def: "0", zeroIsValue: true,
+		help: "client connections served at once; more are closed as soon as accepted; 0 = from the open-file limit " +
+			"(RLIMIT_NOFILE - DB_POOL_SIZE - 64, at most 10000)",
+		field: func(c *Config) any { return &c.MaxConnections }},
+	{env: "MAX_CONNECTIONS_PER_IP", group: groupLimits, flag: "max-connections-per-ip", def: "1000", zeroIsValue: true,
+		help:  "client connections served at once from one address (0 = no bound; behind a proxy all clients share one)",
+		field: func(c *Config) any { return &c.MaxConnectionsPerIP }},
 	{env: "SHUTDOWN_TIMEOUT", group: groupServer, flag: "shutdown-timeout", def: "30000", help: "ms to drain on SIGTERM",
 		zeroIsValue: true, field: func(c *Config) any { return &c.ShutdownTimeout }},
 	{env: "DEFAULT_SUBSCRIPTION_MODE", group: groupConsumers, flag: "default-subscription-mode", zeroIsValue: true,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -267,4 +268,61 @@ func TestNULIsABadRequestEverywhere(t *testing.T) {
 	// The third message is still leased; the broker still serves.
 	require.EqualValues(t, 1, d.int(t, `SELECT count(*) FROM queen.consumers WHERE lease_id IS NOT NULL`))
 	b.push(t, item{"queue": queue, "partition": "p", "transactionId": "after", "payload": 1})
+}
+
+// TestConnectionFloodKeepsServing: a flood of idle connections from one
+// address, far over its cap, is closed as accepted; the broker keeps
+// serving a client from another address (push and pop), and the flood's
+// address again once it left.
+func TestConnectionFloodKeepsServing(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", func(c *Config) { c.MaxConnectionsPerIP = 20 })
+	addr := strings.TrimPrefix(b.URL, "http://")
+	// The flood comes from 127.0.0.5; the test's client from 127.0.0.1.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.5")}}
+	var flood []net.Conn
+	closeFlood := func() {
+		for _, c := range flood {
+			_ = c.Close()
+		}
+	}
+	defer closeFlood()
+	for range 300 {
+		c, err := d.Dial("tcp", addr)
+		require.NoError(t, err)
+		flood = append(flood, c)
+	}
+	// The cap is held, the rest closed by the broker.
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := scrapeProm(t, b).value("regina_connections_refused_total",
+			map[string]string{"reason": "max_connections_per_ip"}); n != 280 {
+			return fmt.Errorf("%v connections refused, want 280", n)
+		}
+		return nil
+	})
+	b.push(t, item{"queue": "flood", "transactionId": "t1", "payload": 1})
+	require.Len(t, b.pop(t, "flood", "", nil).Messages, 1)
+	closeFlood()
+	// The flood gone, its address is served again.
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if _, err := fmt.Fprintf(c, "GET /health/live HTTP/1.1\r\nHost: regina\r\n\r\n"); err != nil {
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if !strings.HasPrefix(line, "HTTP/1.1 200") {
+			return fmt.Errorf("answer %q: %w", line, err)
+		}
+		return nil
+	})
+	select {
+	case err := <-b.done:
+		t.Fatalf("the broker stopped: %v", err)
+	default:
+	}
 }

@@ -119,9 +119,11 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}
 	defer ln.Close()
 	instance := instanceName(ln.Addr())
+	maxConns := maxConnections(cfg, openFileLimit())
 	srv := wire.NewStarting(wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
 		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance,
-		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode, EncryptionKey: key != nil})
+		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode, EncryptionKey: key != nil,
+		MaxConns: maxConns, MaxConnsPerIP: cfg.MaxConnectionsPerIP})
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if cfg.listening != nil {
@@ -141,7 +143,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		}
 		return err
 	}
-	defer store.Close()
+	defer closeStore(store, cfg.ShutdownTimeout, log)
 	logEncryption(ctx, log, store, key != nil)
 	logServerSettings(ctx, log, store, cfg.PoolSize)
 
@@ -236,7 +238,8 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}()
 
 	log.Info().Str("addr", ln.Addr().String()).Str("schema", cfg.Schema).
-		Bool("dedup_cache", cfg.DedupCache).Int64("dedup_cache_bytes", cacheBudget).Msg("regina serving")
+		Bool("dedup_cache", cfg.DedupCache).Int64("dedup_cache_bytes", cacheBudget).
+		Int("max_connections", maxConns).Int("max_connections_per_ip", cfg.MaxConnectionsPerIP).Msg("regina serving")
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -269,6 +272,29 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	<-maintDone
 	log.Info().Msg("regina stopped")
 	return runErr
+}
+
+// poolCloseMin is the least closeStore waits for the pool.
+const poolCloseMin = time.Second
+
+// closeStore closes the store's pool, waiting at most wait (poolCloseMin at
+// least) for connections still held by requests that outlived the drain:
+// shutdown never hangs on them (the process exits and PostgreSQL ends
+// their sessions).
+func closeStore(store *sqlstore.Store, wait time.Duration, log zerolog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		store.Close()
+	}()
+	t := time.NewTimer(max(wait, poolCloseMin))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		log.Warn().Dur("waited", max(wait, poolCloseMin)).
+			Msg("database pool still has connections in use; exiting without waiting for them")
+	}
 }
 
 // Waits between two attempts to reach the database at start: the first
