@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/encoding/json"
 	"github.com/valyala/fasthttp"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/regina-mq/regina/internal/auth"
 	"github.com/regina-mq/regina/metrics"
@@ -32,6 +33,11 @@ type Config struct {
 	// MaxBodyBytes bounds a request body (default 64 MiB); larger bodies get
 	// 413.
 	MaxBodyBytes int
+	// MaxBodyBytesInFlight bounds the request body bytes held at once, from
+	// the start of their read to the end of their handler (default 4 x
+	// MaxBodyBytes; at least MaxBodyBytes). A body that finds no room
+	// within ReadTimeout gets a retryable 503.
+	MaxBodyBytesInFlight int
 	// ReadTimeout bounds reading one request, headers and body (default 60s),
 	// so a slow client cannot hold a connection forever.
 	ReadTimeout time.Duration
@@ -82,6 +88,8 @@ type Server struct {
 	startErr atomic.Pointer[string]
 	// stats counts what this broker serves (see stats.go).
 	stats *statsAcc
+	// bodies is the budget of body bytes in flight (see readBody).
+	bodies *semaphore.Weighted
 }
 
 // New returns a server calling b. It panics when a field of b is nil (a
@@ -101,6 +109,9 @@ func NewStarting(cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 20
 	}
+	if cfg.MaxBodyBytesInFlight <= 0 {
+		cfg.MaxBodyBytesInFlight = 4 * cfg.MaxBodyBytes
+	}
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 60 * time.Second
 	}
@@ -117,11 +128,17 @@ func NewStarting(cfg Config) *Server {
 		cfg.Metrics = metrics.New(metrics.Config{})
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now(),
-		metrics: cfg.Metrics, instance: cfg.Instance, stats: newStatsAcc()}
+		metrics: cfg.Metrics, instance: cfg.Instance, stats: newStatsAcc(), bodies: newBodyBudget(cfg)}
 	s.srv = &fasthttp.Server{
-		Handler:                       s.instrumented,
-		Name:                          "regina",
-		MaxRequestBodySize:            cfg.MaxBodyBytes,
+		Handler: s.instrumented,
+		Name:    "regina",
+		// Handle reads the body once the request is authorized (readBody).
+		// fasthttp calls it once the first byte of the body is there (its
+		// prefetch is min(MaxRequestBodySize, 8 KiB)), and never pre-parses
+		// a multipart form.
+		MaxRequestBodySize:            1,
+		StreamRequestBody:             true,
+		DisablePreParseMultipartForm:  true,
 		ReadBufferSize:                MaxHeaderBytes,
 		ReadTimeout:                   cfg.ReadTimeout,
 		IdleTimeout:                   cfg.IdleTimeout,
@@ -199,7 +216,8 @@ func setCORS(ctx *fasthttp.RequestCtx) {
 // is the CORS preflight (204); a path no route matches is 404; a path whose
 // routes all want another method is 405 with Allow; a matched route runs
 // only when the request passes its Role (authorize) and its path and query
-// parameters are usable text (checkParams).
+// parameters are usable text (checkParams), and only then is its body read
+// (readBody): a refused request's body is never read.
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	setCORS(ctx)
 	if ctx.IsOptions() {
@@ -213,9 +231,15 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 			answerStarting(ctx)
 			return
 		}
-		if s.authorize(ctx, r) && checkParams(ctx, r, params) {
-			r.handle(s, ctx, params)
+		if !s.authorize(ctx, r) || !checkParams(ctx, r, params) {
+			return
 		}
+		release, ok := s.readBody(ctx)
+		if !ok {
+			return
+		}
+		defer release()
+		r.handle(s, ctx, params)
 	case len(candidates) > 0:
 		allow := make([]string, 0, len(candidates)+1)
 		for _, c := range candidates {

@@ -58,6 +58,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 		PackSenders:                  4,
 		PackMaxPartitions:            32,
 		MaxBodyBytes:                 64 << 20,
+		MaxBodyBytesInFlight:         128 << 20,
+		MaxConnectionsPerIP:          1000,
 		ReadTimeout:                  60 * time.Second,
 		IdleTimeout:                  120 * time.Second,
 		ShutdownTimeout:              30 * time.Second,

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -325,4 +326,95 @@ func TestConnectionFloodKeepsServing(t *testing.T) {
 		t.Fatalf("the broker stopped: %v", err)
 	default:
 	}
+}
+
+// headersOnly sends a request's line and headers (with extra header lines)
+// and the first byte of its body (none when chunked), and returns the
+// answer. The answer arriving proves the rest of the body was not waited
+// for.
+func headersOnly(t *testing.T, b *testBroker, line, headers string) (int, []byte) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s\r\n", line, headers)
+	require.NoError(t, err)
+	if !strings.Contains(headers, "chunked") {
+		_, err = conn.Write([]byte("{"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "no answer before the body: the broker waited for it")
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, out
+}
+
+// TestAuthBeforeTheBody: with auth on, a request without a valid token is
+// answered 401 from its headers, its announced 100 MB body never read
+// beyond its first byte (chunked: not at all); with a valid token, a body
+// announced over MAX_BODY_BYTES is 413 from the headers.
+func TestAuthBeforeTheBody(t *testing.T) {
+	t.Parallel()
+	b := startAuthBroker(t, nil)
+	for _, c := range []struct{ what, headers string }{
+		{"no token", "Content-Length: 100000000\r\n"},
+		{"no token, chunked", "Transfer-Encoding: chunked\r\n"},
+		{"bad token", "Authorization: Bearer nope\r\nContent-Length: 100000000\r\n"},
+	} {
+		status, body := headersOnly(t, b, "POST /api/v1/push", c.headers)
+		require.Equal(t, http.StatusUnauthorized, status, "%s: %s", c.what, body)
+	}
+	tok := "Authorization: Bearer " + hsToken(t, "producer", "read-write") + "\r\n"
+	status, body := headersOnly(t, b, "POST /api/v1/push", tok+"Content-Length: 100000000\r\n")
+	require.Equal(t, http.StatusRequestEntityTooLarge, status, "%s", body)
+	// A pushed message with the token still works.
+	status, body = rawRequest(t, b, "POST /api/v1/push", strings.TrimSuffix(tok, "\r\n"),
+		`{"items":[{"queue":"q","transactionId":"t","payload":1}]}`)
+	require.Equal(t, http.StatusCreated, status, "%s", body)
+}
+
+// TestBodyBudget: while one push holds most of MAX_BODY_BYTES_IN_FLIGHT,
+// another large body waits for room and, finding none within the read
+// timeout, gets a retryable 503 having changed nothing; once the first
+// is done, the same push goes through.
+func TestBodyBudget(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	held := make(chan struct{}, 1)
+	b := startBroker(t, "", func(c *Config) {
+		c.MaxBodyBytes = 1 << 20
+		c.MaxBodyBytesInFlight = 3 << 19 // 1.5 MiB
+		c.ReadTimeout = time.Second
+		c.beforeBatch = func(queue, _ string, _ int) {
+			if queue == "held" {
+				select {
+				case held <- struct{}{}:
+				default:
+				}
+				<-hold
+			}
+		}
+	})
+	big := func(queue, tx string) string {
+		return fmt.Sprintf(`{"items":[{"queue":%q,"transactionId":%q,"payload":%q}]}`, queue, tx,
+			strings.Repeat("x", 900<<10))
+	}
+	first := make(chan int, 1)
+	go func() {
+		status, _ := do(t, "POST", b.URL+"/api/v1/push", big("held", "a"))
+		first <- status
+	}()
+	<-held
+	status, body := do(t, "POST", b.URL+"/api/v1/push", big("other", "b"))
+	require.Equal(t, http.StatusServiceUnavailable, status, "%s", body)
+	require.Contains(t, string(body), `"retryable":true`)
+	require.Contains(t, string(body), "MAX_BODY_BYTES_IN_FLIGHT")
+	close(hold)
+	require.Equal(t, http.StatusCreated, <-first)
+	status, body = do(t, "POST", b.URL+"/api/v1/push", big("other", "b"))
+	require.Equal(t, http.StatusCreated, status, "%s", body)
+	require.Equal(t, 1.0, scrapeProm(t, b).value("regina_http_body_budget_full_total", nil))
 }

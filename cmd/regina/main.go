@@ -120,7 +120,8 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	defer ln.Close()
 	instance := instanceName(ln.Addr())
 	maxConns := maxConnections(cfg, openFileLimit())
-	srv := wire.NewStarting(wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
+	srv := wire.NewStarting(wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, MaxBodyBytesInFlight: cfg.MaxBodyBytesInFlight,
+		ReadTimeout: cfg.ReadTimeout,
 		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode, EncryptionKey: key != nil,
 		MaxConns: maxConns, MaxConnsPerIP: cfg.MaxConnectionsPerIP})
