@@ -308,6 +308,10 @@ func errorStatus(err error) (status int, msg string) {
 	case errors.Is(err, reginatype.ErrOutcomeUnknown):
 		return fasthttp.StatusServiceUnavailable, "Outcome unknown: the request may or may not have taken effect; " +
 			"retrying is safe (a push retried with the same transactionId is deduplicated)"
+	case errors.Is(err, reginatype.ErrNoEncryptionKey):
+		return fasthttp.StatusServiceUnavailable, "The queue's payloads are encrypted and this broker has no " +
+			"QUEEN_ENCRYPTION_KEY (or not the key they were sealed with); nothing was written or leased; " +
+			"a broker with the key can serve it"
 	case errors.Is(err, reginatype.ErrUnavailable):
 		return fasthttp.StatusServiceUnavailable, "Database unavailable; nothing was written"
 	case reginatype.IsRetryable(err):

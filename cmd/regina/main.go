@@ -145,7 +145,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		return err
 	}
 	defer closeStore(store, cfg.ShutdownTimeout, log)
-	logEncryption(ctx, log, store, key != nil)
+	logEncryption(log, key != nil)
 	logServerSettings(ctx, log, store, cfg.PoolSize)
 
 	// The maintenance switches, read before serving: a broker started while
@@ -342,7 +342,8 @@ func openStore(ctx context.Context, cfg Config, key *crypt.Key, log zerolog.Logg
 			return nil, err
 		}
 		if _, bad := errors.AsType[*pgconn.ParseConfigError](err); bad ||
-			errors.Is(err, sqlstore.ErrMigrationChanged) || errors.Is(err, sqlstore.ErrSchemaNewer) {
+			errors.Is(err, sqlstore.ErrMigrationChanged) || errors.Is(err, sqlstore.ErrSchemaNewer) ||
+			errors.Is(err, sqlstore.ErrWrongKey) || errors.Is(err, sqlstore.ErrKeyMissing) {
 			return nil, err
 		}
 		srv.SetStartError(err)
