@@ -54,7 +54,12 @@ func (l *Linked) Pop(ctx context.Context, req reginatype.PopRequest, wait time.D
 	for {
 		// Subscribe before looking, so a push that lands in between wakes us.
 		woken := l.reg.signals.wait(req.Queue)
-		res, err := l.store.Pop(ctx, req)
+		// The look itself is not cancelled with ctx (only the wait is): a
+		// cancel landing during its commit would leave a lease taken and
+		// nobody told of it (outcome unknown), the messages held by nobody
+		// until leaseTime. Run to its end, a look's lease reaches the
+		// caller, who releases it if its client is gone.
+		res, err := l.store.Pop(context.WithoutCancel(ctx), req)
 		if err != nil || len(res.Messages) > 0 || wait <= 0 {
 			return res, err
 		}
