@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/semaphore"
@@ -28,13 +27,6 @@ const UnauthenticatedBodyBytes = 64 << 10
 // chunkedStep is the first reservation of a body of unknown length
 // (chunked); it doubles as the body grows.
 const chunkedStep = 64 << 10
-
-// maxPooledBody is the largest buffer bodyBufs keeps.
-const maxPooledBody = 1 << 20
-
-// bodyBufs recycles the buffers bodies are read into (the body is copied
-// into the request's own, which handlers read).
-var bodyBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // errBodyTooLarge is a body over its limit.
 var errBodyTooLarge = errors.New("body too large")
@@ -84,12 +76,10 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) (release func(), ok bool) {
 		s.bodyBudgetFull(ctx)
 		return nil, false
 	}
-	bp, _ := bodyBufs.Get().(*[]byte)
-	defer bodyBufs.Put(bp)
-	buf, err := readLimited(stream, (*bp)[:0], cl, limit, reserve)
-	if cap(buf) <= maxPooledBody {
-		*bp = buf[:0]
-	}
+	// A buffer of its own, handed to the request without a copy: nothing
+	// recycles it while anything (a handler's goroutine) may still hold a
+	// slice of it.
+	buf, err := readLimited(stream, nil, cl, limit, reserve)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
 		release()
@@ -109,7 +99,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) (release func(), ok bool) {
 		}
 		return nil, false
 	}
-	ctx.Request.SetBody(buf)
+	ctx.Request.SetBodyRaw(buf)
 	return release, true
 }
 
