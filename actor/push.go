@@ -563,7 +563,7 @@ func (a *actor) buildBatch(reqs []*request) {
 		for i := range q.items {
 			if check {
 				// Of the payload as received: the bytes a retry resends.
-				s.fps = append(s.fps, crypt.PayloadFingerprint(a.reg.cfg.Key, a.ref.Encrypt, q.items[i].Payload))
+				s.fps = append(s.fps, crypt.PayloadFingerprint(a.reg.cfg.Key, a.ref.Encrypt, q.items[i].Payload, partition.Fingerprint))
 			}
 			if li < len(s.leaders) && s.leaders[li] == idx {
 				it := &q.items[i]

@@ -45,7 +45,7 @@ func (s *Store) seal(b *partition.Body, ref reginatype.PartitionRef, queue strin
 // that the database does not confirm a guessed payload; the plain hash
 // elsewhere.
 func (s *Store) fingerprint(encrypted bool, payload []byte) int64 {
-	return crypt.PayloadFingerprint(s.key, encrypted, payload)
+	return crypt.PayloadFingerprint(s.key, encrypted, payload, partition.Fingerprint)
 }
 
 // reveal replaces a sealed payload by its plaintext. When it cannot (no

@@ -10,7 +10,6 @@ import (
 	"github.com/segmentio/encoding/json"
 	"github.com/valyala/fasthttp"
 
-	"github.com/regina-mq/regina/internal/crypt"
 	"github.com/regina-mq/regina/partition"
 )
 
@@ -170,8 +169,8 @@ func (s *Server) handleConfigure(ctx *fasthttp.RequestCtx) {
 	}
 	if req.Options.EncryptionEnabled && !s.cfg.EncryptionKey {
 		// Fails closed: the queue's payloads would be stored in plaintext.
-		writeError(ctx, fasthttp.StatusBadRequest, "encryptionEnabled needs "+crypt.KeyEnv+
-			" on the broker, and this one has none; nothing was changed")
+		writeError(ctx, fasthttp.StatusBadRequest, "encryptionEnabled needs QUEEN_ENCRYPTION_KEY on the broker, "+
+			"and this one has none; nothing was changed")
 		return
 	}
 	res, err := s.b.Admin.Configure(ctx, req.Queue, req.Namespace, req.Task, req.Options)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/regina-mq/regina/internal/auth"
 	"github.com/regina-mq/regina/wire"
 )
 
@@ -373,6 +374,20 @@ func TestAuthBeforeTheBody(t *testing.T) {
 	// A pushed message with the token still works.
 	status, body = rawRequest(t, b, "POST /api/v1/push", strings.TrimSuffix(tok, "\r\n"),
 		`{"items":[{"queue":"q","transactionId":"t","payload":1}]}`)
+	require.Equal(t, http.StatusCreated, status, "%s", body)
+}
+
+// TestUnauthenticatedBodyLimit: with auth on, a route served without a
+// token (its path added to JWT_SKIP_PATHS) reads at most 64 KiB of body:
+// more is 413, less is served.
+func TestUnauthenticatedBodyLimit(t *testing.T) {
+	t.Parallel()
+	b := startAuthBroker(t, func(c *auth.Config) { c.SkipPaths = append(c.SkipPaths, "/api/v1/push") })
+	big := fmt.Sprintf(`{"items":[{"queue":"q","transactionId":"big","payload":%q}]}`, strings.Repeat("x", 80<<10))
+	status, body := do(t, "POST", b.URL+"/api/v1/push", big)
+	require.Equal(t, http.StatusRequestEntityTooLarge, status, "%s", body)
+	require.Contains(t, string(body), "65536")
+	status, body = do(t, "POST", b.URL+"/api/v1/push", `{"items":[{"queue":"q","transactionId":"small","payload":1}]}`)
 	require.Equal(t, http.StatusCreated, status, "%s", body)
 }
 

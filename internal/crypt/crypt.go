@@ -12,8 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/regina-mq/regina/partition"
 )
 
 // KeyEnv is the variable holding the key, as upstream Queen names it.
@@ -155,11 +153,12 @@ func Envelope(dst, sealed []byte) []byte {
 
 // PayloadFingerprint is the payload fingerprint of a queue under key
 // (encrypted: the queue's encryptionEnabled): k.Fingerprint when the queue
-// is encrypted and there is a key, the plain partition.Fingerprint
-// otherwise. The push paths (actor, store) and dedup explain share it.
-func PayloadFingerprint(k *Key, encrypted bool, payload []byte) int64 {
+// is encrypted and there is a key, plain(payload) otherwise (the callers
+// pass partition.Fingerprint). The push paths (actor, store) and dedup
+// explain share it.
+func PayloadFingerprint(k *Key, encrypted bool, payload []byte, plain func([]byte) int64) int64 {
 	if encrypted && k != nil {
 		return k.Fingerprint(payload)
 	}
-	return partition.Fingerprint(payload)
+	return plain(payload)
 }
