@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -432,4 +434,44 @@ func TestBodyBudget(t *testing.T) {
 	status, body = do(t, "POST", b.URL+"/api/v1/push", big("other", "b"))
 	require.Equal(t, http.StatusCreated, status, "%s", body)
 	require.Equal(t, 1.0, scrapeProm(t, b).value("regina_http_body_budget_full_total", nil))
+}
+
+// TestShutdownDoesNotWaitForAStuckConnection: a push stuck in PostgreSQL
+// (its table locked by another session) holds a pool connection past the
+// drain; the broker still stops, leaving the statement to PostgreSQL, where
+// pgxpool's Close used to wait for it forever (no statement timeout).
+func TestShutdownDoesNotWaitForAStuckConnection(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", func(c *Config) {
+		c.ShutdownTimeout = 300 * time.Millisecond
+		c.StatementTimeout = 0
+	})
+	d := newDB(t, b.Schema)
+	b.push(t, item{"queue": "stuck", "transactionId": "t0", "payload": 1})
+	ctx := t.Context()
+	tx, err := d.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, d.q(`LOCK TABLE queen.segments IN ACCESS EXCLUSIVE MODE`))
+	require.NoError(t, err)
+	go func() {
+		// Answered only once the lock is gone (or not at all).
+		c := &http.Client{Timeout: time.Minute}
+		if resp, err := c.Post(b.URL+"/api/v1/push", "application/json",
+			strings.NewReader(`{"items":[{"queue":"stuck","transactionId":"t1","payload":1}]}`)); err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	waiting := func() int64 {
+		return d.int(t, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'regina'
+			AND wait_event_type = 'Lock' AND datname = current_database() AND strpos(query, $1) > 0`, `"`+b.Schema+`".`)
+	}
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if waiting() == 0 {
+			return errors.New("the push is not waiting on the lock yet")
+		}
+		return nil
+	})
+	b.Stop(t)
+	require.NotZero(t, waiting(), "the broker stopped only once its stuck statement ended")
 }
