@@ -134,10 +134,11 @@ DURATION ?= 60s
 faults: ## Fault injection on real brokers, then a checker (DURATION=60s)
 	$(GO) run ./loadtest/faults -duration $(DURATION) $(ARGS)
 
-hostile: ## Hostile clients on broker processes: connection floods (EMFILE too), ghost long polls, large unauthenticated bodies (RSS); prints the figures
+hostile: ## Hostile clients: connection floods (EMFILE too), ghost long polls, large bodies (RSS) on broker processes, NUL everywhere, wrong or missing key; prints the figures
 	@mkdir -p bin
 	url=$${TEST_DATABASE_URL:-$$($(ENSURE_PG) $(TEST_DB))} && TEST_DATABASE_URL="$$url" $(GO) test -count=1 -timeout 20m -v \
-		-run '^TestLong_Hostile' ./cmd/regina > bin/hostile.txt 2>&1; st=$$?; \
+		-run '^(TestLong_Hostile|TestNULIsABadRequestEverywhere|TestEncryptionFailsClosed|TestEncryptedFingerprintsAreKeyed)' \
+		./cmd/regina > bin/hostile.txt 2>&1; st=$$?; \
 		grep -E '^(--- |ok|FAIL)|figure:|Error' bin/hostile.txt; exit $$st
 
 SOAK_PNG ?= bin/soak.png
