@@ -16,7 +16,7 @@ FUZZTIME    ?= 30s
 
 ENSURE_PG := scripts/ensure-postgres.sh
 
-.PHONY: help build run test test/long test/race bench fuzz loadtest lint lint/gomod db/stop clean clean-db faults soak compare compare/scale
+.PHONY: help build run test test/long test/race bench fuzz loadtest lint lint/gomod db/stop clean clean-db faults soak hostile compare compare/scale
 
 help: ## Show this list of targets
 	@echo 'Usage: make TARGET [VAR=value ...]'
@@ -137,6 +137,13 @@ DURATION ?= 60s
 
 faults: ## Fault injection on real brokers, then a checker (DURATION=60s)
 	$(GO) run ./loadtest/faults -duration $(DURATION) $(ARGS)
+
+hostile: ## Hostile clients: connection floods (EMFILE too), ghost long polls, large bodies (RSS) on broker processes, NUL everywhere, wrong or missing key; prints the figures
+	@mkdir -p bin
+	url=$${TEST_DATABASE_URL:-$$($(ENSURE_PG) $(TEST_DB))} && TEST_DATABASE_URL="$$url" $(GO) test -count=1 -timeout 20m -v \
+		-run '^(TestLong_Hostile|TestNULIsABadRequestEverywhere|TestEncryptionFailsClosed|TestEncryptedFingerprintsAreKeyed)' \
+		./cmd/regina > bin/hostile.txt 2>&1; st=$$?; \
+		grep -E '^(--- |ok|FAIL)|figure:|Error' bin/hostile.txt; exit $$st
 
 SOAK_PNG ?= bin/soak.png
 

@@ -446,6 +446,10 @@ func (a *actor) push(ctx context.Context, reqs []*request) error {
 				return err
 			}
 		}
+		if a.ref.Encrypt && a.reg.cfg.Key == nil {
+			// Fails closed: never plaintext into an encrypted queue.
+			return fmt.Errorf("push %s/%s: %w", a.queue, a.part, reginatype.ErrNoEncryptionKey)
+		}
 		a.collapse(n)
 		a.buildBatch(reqs)
 		// The same window goes to the cache and, as WindowHint, to SQL,
@@ -517,7 +521,7 @@ func (a *actor) setRef(ref reginatype.PartitionRef, gen uint64, at time.Time) {
 	a.ref, a.resolved, a.refGen, a.refAt = ref, true, gen, at
 	if ref.Encrypt && a.reg.cfg.Key == nil {
 		a.log.Warn().Msg("queue has encryptionEnabled but " + crypt.KeyEnv +
-			" is not set: its payloads are stored in plaintext")
+			" is not set: its pushes are refused")
 	}
 }
 
@@ -559,7 +563,7 @@ func (a *actor) buildBatch(reqs []*request) {
 		for i := range q.items {
 			if check {
 				// Of the payload as received: the bytes a retry resends.
-				s.fps = append(s.fps, partition.Fingerprint(q.items[i].Payload))
+				s.fps = append(s.fps, crypt.PayloadFingerprint(a.reg.cfg.Key, a.ref.Encrypt, q.items[i].Payload, partition.Fingerprint))
 			}
 			if li < len(s.leaders) && s.leaders[li] == idx {
 				it := &q.items[i]

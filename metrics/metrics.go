@@ -77,6 +77,7 @@ type Metrics struct {
 	retPasses    *prometheus.CounterVec
 	undelivered  prometheus.Counter
 	connRefused  *prometheus.CounterVec
+	bodyBudget   prometheus.Counter
 	connsOpen    prometheus.Gauge
 
 	bound  sync.Map // queue label -> *Queue
@@ -157,6 +158,10 @@ func New(cfg Config) *Metrics {
 			Help: "Connections closed as soon as accepted, by reason (max_connections, max_connections_per_ip), " +
 				"and failed accepts (accept_error: too many open files and the like; the listener backs off).",
 		}, []string{"reason"}),
+		bodyBudget: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "regina_http_body_budget_full_total",
+			Help: "Requests answered 503 because their body found no room in MAX_BODY_BYTES_IN_FLIGHT within the read timeout.",
+		}),
 		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "regina_connections_open",
 			Help: "Client connections open on the API port (each holds a file descriptor).",
@@ -166,7 +171,7 @@ func New(cfg Config) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.httpRequests, m.httpSeconds, m.batchItems, m.pushSeconds, m.verdicts, m.mismatches, m.retryAge,
-		m.unresolvable, m.ackResults, m.retention, m.retPasses, m.undelivered, m.connRefused, m.connsOpen,
+		m.unresolvable, m.ackResults, m.retention, m.retPasses, m.undelivered, m.connRefused, m.connsOpen, m.bodyBudget,
 		&snapshotCollector{m: m},
 	)
 	for _, t := range []string{"log_txns", "segments"} {
@@ -194,6 +199,10 @@ func (m *Metrics) PopUndelivered() { m.undelivered.Inc() }
 // ConnectionRefused counts one connection closed at accept, or one failed
 // accept, by reason (ConnMaxConnections, ConnMaxPerIP, ConnAcceptError).
 func (m *Metrics) ConnectionRefused(reason string) { m.connRefused.WithLabelValues(reason).Inc() }
+
+// BodyBudgetFull counts a request refused for want of room in the budget
+// of body bytes in flight.
+func (m *Metrics) BodyBudgetFull() { m.bodyBudget.Inc() }
 
 // ConnectionsOpen adds delta (1 accepted, -1 closed) to the open
 // connections.

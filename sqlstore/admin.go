@@ -217,7 +217,7 @@ func (s *Store) ListMessages(ctx context.Context, f reginatype.MessageFilter) ([
 					if pos <= int64(f.Offset) || pos > int64(f.Offset+f.Limit) || fs[k].Deleted() {
 						continue // a tombstone: counted in total, never listed
 					}
-					s.reveal(&fs[k].Body)
+					s.revealForView(&fs[k].Body)
 					out = append(out, reginatype.StoredMessage{Frame: fs[k], Offset: off, PartitionID: pid, Partition: part,
 						Queue: queue, Namespace: ns, Task: task, Status: st})
 				}
@@ -270,7 +270,7 @@ func (s *Store) GetMessage(ctx context.Context, partitionID partition.UUID, txID
 			if fs[k].Deleted() {
 				return nil
 			}
-			s.reveal(&fs[k].Body)
+			s.revealForView(&fs[k].Body)
 			m.Frame, m.Offset, m.PartitionID = fs[k], off, partitionID
 			m.Status = messageStatus(off, doneTo, busyTo, false) // the caller looks for a dead letter
 			ok = true

@@ -107,7 +107,7 @@ func newAdminQueries(schema string) adminQueries {
 	q := adminQueries{
 		// Each key's queue and partition (NULL when missing), and the
 		// transaction's time.
-		explainResolve: `SELECT k.i::integer, q.id, q.dedup_window_seconds, q.dedup_payload_check, p.id, now()
+		explainResolve: `SELECT k.i::integer, q.id, q.dedup_window_seconds, q.dedup_payload_check, q.encryption_enabled, p.id, now()
 			  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(queue, part, i)
 			  LEFT JOIN queen.queues q ON q.name = k.queue
 			  LEFT JOIN queen.partitions p ON p.queue_id = q.id AND p.name = k.part

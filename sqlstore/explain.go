@@ -26,6 +26,9 @@ func (s *Store) Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]re
 	if len(keys) == 0 {
 		return out, nil
 	}
+	// encrypted[i]: key i's queue has encryptionEnabled (its fingerprints
+	// are keyed).
+	encrypted := make([]bool, len(keys))
 	queues := make([]string, len(keys))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
@@ -52,13 +55,15 @@ func (s *Store) Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]re
 					qid, pid pgtype.UUID
 					window   *int32
 					check    *string
+					enc      *bool
 					now      time.Time
 				)
-				if err := rows.Scan(&i, &qid, &window, &check, &pid, &now); err != nil {
+				if err := rows.Scan(&i, &qid, &window, &check, &enc, &pid, &now); err != nil {
 					rows.Close()
 					return err
 				}
 				r := &out[i-1]
+				encrypted[i-1] = enc != nil && *enc
 				r.Now = now
 				r.QueueExists = qid.Valid
 				r.WindowSeconds = partition.DefaultDedupWindowSeconds
@@ -120,18 +125,18 @@ func (s *Store) Explain(ctx context.Context, keys []reginatype.ExplainKey) ([]re
 	for i := range out {
 		decide(&out[i])
 		if keys[i].Payload != nil {
-			comparePayload(&out[i], keys[i].Payload)
+			out[i].PayloadFingerprint = s.fingerprint(encrypted[i], keys[i].Payload)
+			comparePayload(&out[i])
 		}
 	}
 	return out, nil
 }
 
-// comparePayload compares a given payload with the original's fingerprint,
-// as a push of it would: under dedupPayloadCheck reject, a duplicate with
-// another payload is a conflict.
-func comparePayload(r *reginatype.ExplainResult, payload []byte) {
+// comparePayload compares a given payload's fingerprint (in
+// r.PayloadFingerprint) with the original's, as a push of it would: under
+// dedupPayloadCheck reject, a duplicate with another payload is a conflict.
+func comparePayload(r *reginatype.ExplainResult) {
 	r.PayloadGiven = true
-	r.PayloadFingerprint = partition.Fingerprint(payload)
 	if r.Original == nil {
 		return
 	}

@@ -44,7 +44,7 @@ func (s *Store) ListDLQ(ctx context.Context, f reginatype.DLQFilter) ([]reginaty
 			&body.Encrypted); err != nil {
 			return nil, 0, fmt.Errorf("list dlq: %w", classify(err))
 		}
-		s.reveal(&body)
+		s.revealForView(&body)
 		d.Payload = body.Payload
 		if trace != nil {
 			u := partition.UUID(*trace)

@@ -301,7 +301,9 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 						break segments // FIFO: nothing after an invisible message either
 					}
 				}
-				s.reveal(&frames[k].Body)
+				if err := s.reveal(&frames[k].Body); err != nil {
+					return nil, "", err
+				}
 				out = append(out, reginatype.PoppedMessage{Frame: frames[k], Offset: off, PartitionID: c.ID, PartitionName: c.Name})
 				if len(out) >= limit {
 					stop = true

@@ -170,6 +170,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	// Encryption fails closed: a wrong key, or none while sealed payloads
+	// are stored, never serves (see checkKey).
+	if err := s.checkKey(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -203,7 +203,7 @@ func (s *Store) TracesByName(ctx context.Context, name string, limit, offset int
 				ev := &out[i]
 				if fs := frames[segKey{ev.PartitionID, firsts[i]}]; ev.Offset-firsts[i] < int64(len(fs)) {
 					b := &fs[ev.Offset-firsts[i]].Body
-					s.reveal(b)
+					s.revealForView(b)
 					ev.MessagePayload = b.Payload
 				}
 			}

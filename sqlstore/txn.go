@@ -121,7 +121,7 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 		if g.ref.ChecksPayloads() {
 			fps = make([]int64, len(ids))
 			for k, i := range g.items {
-				fps[k] = partition.Fingerprint(pushes[i].Payload)
+				fps[k] = s.fingerprint(g.ref.Encrypt, pushes[i].Payload)
 			}
 			b.Fingerprints = make([]int64, 0, len(leaders))
 		}
@@ -132,7 +132,9 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 			body := partition.Body{CreatedAt: now, TransactionID: p.TransactionID, TraceID: p.TraceID,
 				HasTrace: p.HasTrace, Payload: p.Payload, ProducerSub: p.ProducerSub}
 			// Sealed after the fingerprint (fps, of the plaintext).
-			s.seal(&body, g.ref, g.queue)
+			if err := s.seal(&body, g.ref, g.queue); err != nil {
+				return err
+			}
 			b.Add(partition.HashTxID(p.TransactionID), msgIDs[k], &body)
 			if fps != nil {
 				b.Fingerprints = append(b.Fingerprints, fps[k])

@@ -167,6 +167,12 @@ func (s *Server) handleConfigure(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
+	if req.Options.EncryptionEnabled && !s.cfg.EncryptionKey {
+		// Fails closed: the queue's payloads would be stored in plaintext.
+		writeError(ctx, fasthttp.StatusBadRequest, "encryptionEnabled needs QUEEN_ENCRYPTION_KEY on the broker, "+
+			"and this one has none; nothing was changed")
+		return
+	}
 	res, err := s.b.Admin.Configure(ctx, req.Queue, req.Namespace, req.Task, req.Options)
 	if err != nil {
 		s.writeCoreError(ctx, err)
@@ -178,10 +184,6 @@ func (s *Server) handleConfigure(ctx *fasthttp.RequestCtx) {
 		s.log.Warn().Str("queue", req.Queue).Strs("ignored_options", req.IgnoredOptions).
 			Strs("ignored_fields", req.IgnoredFields).
 			Msg("configure: unknown keys ignored; the options they may have meant took their defaults")
-	}
-	if res.Options.EncryptionEnabled && !s.cfg.EncryptionKey {
-		s.log.Warn().Str("queue", req.Queue).Msg("configure: encryptionEnabled is stored, but " +
-			"QUEEN_ENCRYPTION_KEY is not set: the queue's payloads are stored in plaintext until the broker has a key")
 	}
 	writeJSON(ctx, fasthttp.StatusOK, configureResponse{
 		Configured: true, QueueID: res.QueueID.String(), PartitionID: res.DefaultPartitionID.String(),

@@ -316,33 +316,51 @@ func DecodeAck(body []byte) (group string, items []reginatype.AckItem, err error
 }
 
 // DecodeAckBatch decodes and validates a POST /api/v1/ack/batch body. The
-// top-level consumerGroup overrides per-item ones, as upstream does.
+// top-level consumerGroup overrides per-item ones, as upstream does. An item
+// holding NUL is an error here; the handler fails that item alone
+// (decodeAckBatch).
 func DecodeAckBatch(body []byte) (group string, items []reginatype.AckItem, err error) {
-	if err := checkBody(body); err != nil {
-		return "", nil, err
+	group, items, refused, err := decodeAckBatch(body)
+	for i := range items {
+		if msg, ok := refused[i]; ok && err == nil {
+			return "", nil, errors.New(msg)
+		}
+	}
+	return group, items, err
+}
+
+// decodeAckBatch is DecodeAckBatch, but an item with a string holding NUL
+// (nulStrings) is not an error of the whole body: refused maps its index to
+// the reason, and the item is failed alone.
+func decodeAckBatch(body []byte) (group string, items []reginatype.AckItem, refused map[int]string, err error) {
+	if err := checkBodySyntax(body); err != nil {
+		return "", nil, nil, err
 	}
 	if kindOf(body) != kindObject {
-		return "", nil, errors.New("Request body must be a JSON object")
+		return "", nil, nil, errors.New("Request body must be a JSON object")
+	}
+	if refused, err = refusedItems(body, "acknowledgments"); err != nil {
+		return "", nil, nil, err
 	}
 	var top struct {
 		Acks          json.RawMessage `json:"acknowledgments"`
 		ConsumerGroup json.RawMessage `json:"consumerGroup"`
 	}
 	if err := unmarshal(body, &top); err != nil {
-		return "", nil, invalidJSON(err)
+		return "", nil, nil, invalidJSON(err)
 	}
 	if kindOf(top.Acks) != kindArray {
-		return "", nil, errors.New("acknowledgments array is required")
+		return "", nil, nil, errors.New("acknowledgments array is required")
 	}
 	var raws []rawAck
 	if err := unmarshal(top.Acks, &raws); err != nil {
-		return "", nil, errors.New("Each acknowledgment must be an object")
+		return "", nil, nil, errors.New("Each acknowledgment must be an object")
 	}
 	items = make([]reginatype.AckItem, len(raws))
 	for i := range raws {
 		it, err := decodeAckItem(&raws[i], true)
-		if err != nil {
-			return "", nil, errors.New("acknowledgments[" + strconv.Itoa(i) + "]: " + err.Error())
+		if _, bad := refused[i]; err != nil && !bad {
+			return "", nil, nil, errors.New("acknowledgments[" + strconv.Itoa(i) + "]: " + err.Error())
 		}
 		items[i] = it
 	}
@@ -350,7 +368,7 @@ func DecodeAckBatch(body []byte) (group string, items []reginatype.AckItem, err 
 	if len(top.ConsumerGroup) == 0 && len(raws) > 0 {
 		group = groupOf(raws[0].ConsumerGroup)
 	}
-	return group, items, nil
+	return group, items, refused, nil
 }
 
 func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
@@ -359,16 +377,16 @@ func (s *Server) handleAck(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	s.ack(ctx, group, items)
+	s.ack(ctx, group, items, nil)
 }
 
 func (s *Server) handleAckBatch(ctx *fasthttp.RequestCtx) {
-	group, items, err := DecodeAckBatch(ctx.PostBody())
+	group, items, refused, err := decodeAckBatch(ctx.PostBody())
 	if err != nil {
 		writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	s.ack(ctx, group, items)
+	s.ack(ctx, group, items, refused)
 }
 
 type ackResultView struct {
@@ -382,14 +400,20 @@ type ackResultView struct {
 	DLQ           bool    `json:"dlq"`
 }
 
-func (s *Server) ack(ctx *fasthttp.RequestCtx, group string, items []reginatype.AckItem) {
-	res, err := s.b.Acker.Ack(ctx, group, items)
-	if err != nil {
-		s.writeCoreError(ctx, err)
-		return
+// ack acknowledges items but the refused ones (by index: the reason),
+// which fail alone.
+func (s *Server) ack(ctx *fasthttp.RequestCtx, group string, items []reginatype.AckItem, refused map[int]string) {
+	var res []reginatype.AckResult
+	if good := withoutRefused(items, refused); len(good) > 0 {
+		var err error
+		if res, err = s.b.Acker.Ack(ctx, group, good); err != nil {
+			s.writeCoreError(ctx, err)
+			return
+		}
 	}
 	s.countUnresolvable(res)
 	s.countAcks(res)
+	res = withRefused(res, refused, len(items))
 	out := make([]ackResultView, len(items))
 	for i, r := range res {
 		v := ackResultView{Index: i, TransactionID: items[i].TransactionID, Success: r.Success,

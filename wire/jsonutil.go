@@ -22,8 +22,23 @@ var (
 )
 
 // checkBody rejects bodies that are empty, not UTF-8 or nested too deep,
-// before any decoder sees them.
+// or that hold a string with NUL (outside payloads: see nulStrings), before
+// any decoder sees them. The NUL error (*nulError) names the field.
 func checkBody(b []byte) error {
+	if err := checkBodySyntax(b); err != nil {
+		return err
+	}
+	if mayHoldNUL(b) {
+		if paths := nulStrings(b); len(paths) > 0 {
+			return &nulError{path: paths[0]}
+		}
+	}
+	return nil
+}
+
+// checkBodySyntax is checkBody without the NUL check, for a decoder that
+// refuses NUL item by item (the batch ack).
+func checkBodySyntax(b []byte) error {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return errEmptyBody
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/encoding/json"
 	"github.com/valyala/fasthttp"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/regina-mq/regina/internal/auth"
 	"github.com/regina-mq/regina/metrics"
@@ -32,6 +33,11 @@ type Config struct {
 	// MaxBodyBytes bounds a request body (default 64 MiB); larger bodies get
 	// 413.
 	MaxBodyBytes int
+	// MaxBodyBytesInFlight bounds the request body bytes held at once, from
+	// the start of their read to the end of their handler (default 4 x
+	// MaxBodyBytes; at least MaxBodyBytes). A body that finds no room
+	// within ReadTimeout gets a retryable 503.
+	MaxBodyBytesInFlight int
 	// ReadTimeout bounds reading one request, headers and body (default 60s),
 	// so a slow client cannot hold a connection forever.
 	ReadTimeout time.Duration
@@ -82,6 +88,8 @@ type Server struct {
 	startErr atomic.Pointer[string]
 	// stats counts what this broker serves (see stats.go).
 	stats *statsAcc
+	// bodies is the budget of body bytes in flight (see readBody).
+	bodies *semaphore.Weighted
 }
 
 // New returns a server calling b. It panics when a field of b is nil (a
@@ -101,6 +109,9 @@ func NewStarting(cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 20
 	}
+	if cfg.MaxBodyBytesInFlight <= 0 {
+		cfg.MaxBodyBytesInFlight = 4 * cfg.MaxBodyBytes
+	}
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 60 * time.Second
 	}
@@ -117,11 +128,17 @@ func NewStarting(cfg Config) *Server {
 		cfg.Metrics = metrics.New(metrics.Config{})
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With().Str("component", "wire").Logger(), started: time.Now(),
-		metrics: cfg.Metrics, instance: cfg.Instance, stats: newStatsAcc()}
+		metrics: cfg.Metrics, instance: cfg.Instance, stats: newStatsAcc(), bodies: newBodyBudget(cfg)}
 	s.srv = &fasthttp.Server{
-		Handler:                       s.instrumented,
-		Name:                          "regina",
-		MaxRequestBodySize:            cfg.MaxBodyBytes,
+		Handler: s.instrumented,
+		Name:    "regina",
+		// Handle reads the body once the request is authorized (readBody).
+		// fasthttp calls it once the first byte of the body is there (its
+		// prefetch is min(MaxRequestBodySize, 8 KiB)), and never pre-parses
+		// a multipart form.
+		MaxRequestBodySize:            1,
+		StreamRequestBody:             true,
+		DisablePreParseMultipartForm:  true,
 		ReadBufferSize:                MaxHeaderBytes,
 		ReadTimeout:                   cfg.ReadTimeout,
 		IdleTimeout:                   cfg.IdleTimeout,
@@ -198,7 +215,9 @@ func setCORS(ctx *fasthttp.RequestCtx) {
 // Handle routes one request through the route table: OPTIONS on any path
 // is the CORS preflight (204); a path no route matches is 404; a path whose
 // routes all want another method is 405 with Allow; a matched route runs
-// only when the request passes its Role (authorize).
+// only when the request passes its Role (authorize) and its path and query
+// parameters are usable text (checkParams), and only then is its body read
+// (readBody): a refused request's body is never read.
 func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 	setCORS(ctx)
 	if ctx.IsOptions() {
@@ -212,9 +231,15 @@ func (s *Server) Handle(ctx *fasthttp.RequestCtx) {
 			answerStarting(ctx)
 			return
 		}
-		if s.authorize(ctx, r) {
-			r.handle(s, ctx, params)
+		if !s.authorize(ctx, r) || !checkParams(ctx, r, params) {
+			return
 		}
+		release, ok := s.readBody(ctx)
+		if !ok {
+			return
+		}
+		defer release()
+		r.handle(s, ctx, params)
 	case len(candidates) > 0:
 		allow := make([]string, 0, len(candidates)+1)
 		for _, c := range candidates {
@@ -283,6 +308,10 @@ func errorStatus(err error) (status int, msg string) {
 	case errors.Is(err, reginatype.ErrOutcomeUnknown):
 		return fasthttp.StatusServiceUnavailable, "Outcome unknown: the request may or may not have taken effect; " +
 			"retrying is safe (a push retried with the same transactionId is deduplicated)"
+	case errors.Is(err, reginatype.ErrNoEncryptionKey):
+		return fasthttp.StatusServiceUnavailable, "The queue's payloads are encrypted and this broker has no " +
+			"QUEEN_ENCRYPTION_KEY (or not the key they were sealed with); nothing was written or leased; " +
+			"a broker with the key can serve it"
 	case errors.Is(err, reginatype.ErrUnavailable):
 		return fasthttp.StatusServiceUnavailable, "Database unavailable; nothing was written"
 	case reginatype.IsRetryable(err):
@@ -293,8 +322,16 @@ func errorStatus(err error) (status int, msg string) {
 	}
 }
 
-// writeCoreError answers with the mapping of errorStatus.
+// writeCoreError answers with the mapping of errorStatus; a value the
+// database refused as invalid (refusedInput) is the client's 400, not
+// retryable, without the database's words.
 func (s *Server) writeCoreError(ctx *fasthttp.RequestCtx, err error) {
+	if code, ok := refusedInput(err); ok {
+		s.log.Warn().Err(err).Msg("the database refused a value the wire let through")
+		writeError(ctx, fasthttp.StatusBadRequest, "Invalid input: the database refused a value of this request (SQLSTATE "+
+			code+"); nothing was changed")
+		return
+	}
 	status, msg := errorStatus(err)
 	if status >= 500 {
 		ctx.Response.Header.Set("Retry-After", "1")
@@ -305,6 +342,19 @@ func (s *Server) writeCoreError(ctx *fasthttp.RequestCtx, err error) {
 	b = appendString(b, msg)
 	b = append(b, `,"retryable":true}`...)
 	writeRaw(ctx, status, b)
+}
+
+// refusedInput reports whether err is PostgreSQL refusing a value: a data
+// exception (SQLSTATE class 22: bad encoding, NUL, out of range) or a
+// program limit (class 54: an index key too long). The wire checks text
+// before it gets there (textcheck.go); this is the net under those checks.
+func refusedInput(err error) (string, bool) {
+	var pg interface{ SQLState() string }
+	if !errors.As(err, &pg) {
+		return "", false
+	}
+	code := pg.SQLState()
+	return code, strings.HasPrefix(code, "22") || strings.HasPrefix(code, "54")
 }
 
 func itoa(n int) string { return string(appendInt(nil, int64(n))) }

@@ -29,6 +29,15 @@ func decodeStreamsBody(body []byte, v any) error {
 	if err := checkBody(body); err != nil {
 		return err
 	}
+	return decodeStreamsObject(body, v)
+}
+
+// decodeStreamsObject is decodeStreamsBody without the NUL check, for the
+// cycle, which answers NUL as its other refusals (cycleNUL).
+func decodeStreamsObject(body []byte, v any) error {
+	if err := checkBodySyntax(body); err != nil {
+		return err
+	}
 	if err := unmarshal(body, new(json.RawMessage)); err != nil {
 		return invalidJSON(err)
 	}
@@ -273,7 +282,7 @@ func DecodeCycle(body []byte) (CycleRequest, error) {
 		Ack           json.RawMessage `json:"ack"`
 		ReleaseLease  json.RawMessage `json:"release_lease"`
 	}
-	if err := decodeStreamsBody(body, &raw); err != nil {
+	if err := decodeStreamsObject(body, &raw); err != nil {
 		return req, err
 	}
 	c := &req.Cycle
@@ -285,6 +294,13 @@ func DecodeCycle(body []byte) (CycleRequest, error) {
 	fail := func(format string, a ...any) (CycleRequest, error) {
 		req.Fail = fmt.Sprintf(format, a...)
 		return req, nil
+	}
+	// A string holding NUL is refused as the cycle's other bad input: with
+	// success false, naming the field.
+	if mayHoldNUL(body) {
+		if paths := nulStrings(body); len(paths) > 0 {
+			return fail("%s", (&nulError{path: paths[0]}).Error())
+		}
 	}
 	switch kindOf(raw.ConsumerGroup) {
 	case kindMissing, kindNull:

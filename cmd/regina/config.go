@@ -84,8 +84,17 @@ type Config struct {
 	PackWaitMicros    int
 
 	MaxBodyBytes int
-	ReadTimeout  time.Duration
-	IdleTimeout  time.Duration
+	// MaxBodyBytesInFlight bounds the request body bytes held at once
+	// (wire.Config.MaxBodyBytesInFlight).
+	MaxBodyBytesInFlight int
+	ReadTimeout          time.Duration
+	IdleTimeout          time.Duration
+	// MaxConnections bounds the client connections served at once (0: from
+	// the open-file limit, see maxConnections); MaxConnectionsPerIP those
+	// from one address (0: no bound). One over either is closed as soon as
+	// accepted.
+	MaxConnections      int
+	MaxConnectionsPerIP int
 	// ShutdownTimeout bounds the drain on SIGTERM; 0 does not wait.
 	ShutdownTimeout time.Duration
 
@@ -252,12 +261,29 @@ var settings = []setting{
 		help: "ms before an idle partition actor retires", min: 1, field: func(c *Config) any { return &c.ActorIdle }},
 	{env: "MAX_BODY_BYTES", group: groupLimits, flag: "max-body-bytes", def: "67108864", help: "largest request body; larger gets 413",
 		min: 1024, field: func(c *Config) any { return &c.MaxBodyBytes }},
+	{env: "MAX_BODY_BYTES_IN_FLIGHT", group: groupLimits, flag: "max-body-bytes-in-flight", def: "134217728",
+		help: "request body bytes held at once (read, decoded, handled); a body finding no room within " +
+			"HTTP_READ_TIMEOUT gets a retryable 503; at least MAX_BODY_BYTES",
+		min: 1024, field: func(c *Config) any { return &c.MaxBodyBytesInFlight }, check: func(c *Config) error {
+			if c.MaxBodyBytesInFlight < c.MaxBodyBytes {
+				return fmt.Errorf("%d is below MAX_BODY_BYTES (%d): a body of that size could never be read",
+					c.MaxBodyBytesInFlight, c.MaxBodyBytes)
+			}
+			return nil
+		}},
 	{env: "HTTP_READ_TIMEOUT", group: groupLimits, flag: "http-read-timeout", def: "60000",
 		help: "ms to read one request (headers and body); slow clients are cut off", min: 1,
 		field: func(c *Config) any { return &c.ReadTimeout }},
 	{env: "HTTP_IDLE_TIMEOUT", group: groupLimits, flag: "http-idle-timeout", def: "120000",
 		help: "ms before an idle keep-alive connection is closed", min: 1,
 		field: func(c *Config) any { return &c.IdleTimeout }},
+	{env: "MAX_CONNECTIONS", group: groupLimits, flag: "max-connections", def: "0", zeroIsValue: true,
+		help: "client connections served at once; more are closed as soon as accepted; 0 = from the open-file limit " +
+			"(RLIMIT_NOFILE - DB_POOL_SIZE - 64, at most 10000)",
+		field: func(c *Config) any { return &c.MaxConnections }},
+	{env: "MAX_CONNECTIONS_PER_IP", group: groupLimits, flag: "max-connections-per-ip", def: "1000", zeroIsValue: true,
+		help:  "client connections served at once from one address (0 = no bound; behind a proxy all clients share one)",
+		field: func(c *Config) any { return &c.MaxConnectionsPerIP }},
 	{env: "SHUTDOWN_TIMEOUT", group: groupServer, flag: "shutdown-timeout", def: "30000", help: "ms to drain on SIGTERM",
 		zeroIsValue: true, field: func(c *Config) any { return &c.ShutdownTimeout }},
 	{env: "DEFAULT_SUBSCRIPTION_MODE", group: groupConsumers, flag: "default-subscription-mode", zeroIsValue: true,

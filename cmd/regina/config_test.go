@@ -58,6 +58,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 		PackSenders:                  4,
 		PackMaxPartitions:            32,
 		MaxBodyBytes:                 64 << 20,
+		MaxBodyBytesInFlight:         128 << 20,
+		MaxConnectionsPerIP:          1000,
 		ReadTimeout:                  60 * time.Second,
 		IdleTimeout:                  120 * time.Second,
 		ShutdownTimeout:              30 * time.Second,
@@ -386,7 +388,7 @@ func TestLoadConfigReportsEveryProblem(t *testing.T) {
 
 // A Config built in code takes the same defaults LoadConfig gives, except
 // where its zero value means something (a free port, no timeouts, no cache,
-// no pprof).
+// no pprof, no per-address connection bound).
 func TestConfigWithDefaults(t *testing.T) {
 	t.Parallel()
 	loaded, err := configTestLoad(t, nil, nil)
@@ -395,6 +397,7 @@ func TestConfigWithDefaults(t *testing.T) {
 	require.NoError(t, got.Validate())
 	want := loaded
 	want.Port, want.StatementTimeout, want.ShutdownTimeout, want.DedupCache = 0, 0, 0, false
+	want.MaxConnectionsPerIP = 0
 	require.Equal(t, want, got)
 	require.Equal(t, got, got.WithDefaults(), "idempotent")
 	require.Equal(t, loaded, loaded.WithDefaults(), "a loaded Config is complete")
@@ -460,4 +463,17 @@ func TestLogAuth(t *testing.T) {
 	require.Contains(t, out, `"auth":true`)
 	require.Contains(t, out, `"algorithms":["HS256"]`)
 	require.NotContains(t, out, `"level":"warn"`)
+}
+
+// TestMaxConnections: MAX_CONNECTIONS when set; else the open-file limit
+// less the pool and the headroom, between its floor and its ceiling.
+func TestMaxConnections(t *testing.T) {
+	t.Parallel()
+	cfg := Config{PoolSize: 16}
+	require.Equal(t, 1024-16-fdHeadroom, maxConnections(cfg, 1024))
+	require.Equal(t, defaultMaxConnections, maxConnections(cfg, 1<<20))
+	require.Equal(t, defaultMaxConnections, maxConnections(cfg, 0))
+	require.Equal(t, minAutoConnections, maxConnections(cfg, 50))
+	cfg.MaxConnections = 7
+	require.Equal(t, 7, maxConnections(cfg, 1024))
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -31,27 +30,16 @@ func (a configuringAdmin) Configure(ctx context.Context, queue, namespace, task 
 	return res, err
 }
 
-// logEncryption says at start whether payload encryption is available, and
-// warns loudly when queues ask for it and the broker has no key (their
-// payloads are then stored in plaintext, as upstream Queen does).
-func logEncryption(ctx context.Context, log zerolog.Logger, store *sqlstore.Store, haveKey bool) {
+// logEncryption says at start whether payload encryption is available.
+// Without a key, the store has refused to start if sealed payloads are
+// stored, and has warned about the encrypted queues whose pushes it will
+// refuse (sqlstore checkKey).
+func logEncryption(log zerolog.Logger, haveKey bool) {
 	if haveKey {
 		log.Info().Msg("payload encryption available: queues with encryptionEnabled store AES-256-GCM payloads (" +
-			crypt.KeyEnv + ")")
+			crypt.KeyEnv + "; key check value verified)")
 		return
 	}
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	names, err := store.EncryptedQueues(qctx, 20)
-	switch {
-	case err != nil:
-		log.Warn().Err(err).Msg(crypt.KeyEnv + " is not set: queues with encryptionEnabled store payloads in plaintext " +
-			"(could not list them)")
-	case len(names) > 0:
-		log.Warn().Strs("queues", names).Msg(crypt.KeyEnv + " is not set: these queues have encryptionEnabled but " +
-			"their new payloads are stored in plaintext, and their encrypted ones are served as encrypted envelopes")
-	default:
-		log.Info().Msg(crypt.KeyEnv + " is not set: payload encryption is off (a queue configured with " +
-			"encryptionEnabled stores plaintext)")
-	}
+	log.Info().Msg(crypt.KeyEnv + " is not set: payload encryption is off (configuring a queue with " +
+		"encryptionEnabled is refused, and so are pushes to encrypted queues)")
 }

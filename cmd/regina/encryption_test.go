@@ -8,11 +8,15 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/internal/crypt"
+	"github.com/regina-mq/regina/partition"
+	"github.com/regina-mq/regina/sqlstore"
+	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
 
 const (
@@ -147,50 +151,111 @@ func TestEncryptionAtRest(t *testing.T) {
 	require.JSONEq(t, `{"card":"`+secret+`","n":2}`, string(msg.Data))
 }
 
-// TestEncryptionWithoutKey follows Queen: without a key, configure still
-// accepts and echoes encryptionEnabled (encryptionActive says it is not in
-// effect), pushes store the payload as sent; sealed payloads written with a
-// key read back as Queen's envelope when the key is missing or another.
-func TestEncryptionWithoutKey(t *testing.T) {
+// startFails runs a broker on schema with key and returns why it did not
+// start (it must not).
+func startFails(t *testing.T, schema, key string) error {
+	t.Helper()
+	cfg := brokerConfig(t, schema)
+	cfg.EncryptionKey = key
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := run(ctx, cfg, zerolog.Nop(), nil)
+	require.Error(t, err, "the broker started")
+	return err
+}
+
+// TestEncryptionFailsClosed: once payloads are sealed, a broker with
+// another key, or none, refuses to start (the key check value, or a sealed
+// payload written before it existed, tells); a broker without the key
+// refuses to configure encryption, to push to an encrypted queue and to
+// pop a sealed payload (503, nothing written or leased), never storing
+// plaintext into an encrypted queue nor serving its envelope as data.
+func TestEncryptionFailsClosed(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, "", withKey(testKeyA))
 	schema := b.Schema
 	d := newDB(t, schema)
 	b.configure(t, "vault", map[string]any{"encryptionEnabled": true})
 	b.push(t, item{"queue": "vault", "transactionId": "sealed", "payload": map[string]any{"card": secret}})
+	require.EqualValues(t, 1, d.int(t, `SELECT count(*) FROM queen.encryption_key_check`))
 	b.Stop(t)
+	segBefore, _ := d.storedBytes(t, "vault")
 
-	for _, key := range []string{"", testKeyB} {
-		b = startBroker(t, schema, withKey(key))
-		// The sealed message: its envelope, not an error.
-		r := b.pop(t, "vault", "", url.Values{"consumerGroup": {"g" + key[:min(len(key), 4)]}})
-		require.Len(t, r.Messages, 1)
-		var env map[string]string
-		require.NoError(t, json.Unmarshal(r.Messages[0].Data, &env), "%s", r.Messages[0].Data)
-		require.Len(t, env, 3)
-		for _, k := range []string{"encrypted", "iv", "authTag"} {
-			require.NotEmpty(t, env[k], k)
-		}
-		require.NotContains(t, string(r.Messages[0].Data), secret)
-		b.Stop(t)
-	}
+	require.ErrorIs(t, startFails(t, schema, testKeyB), sqlstore.ErrWrongKey)
+	require.ErrorIs(t, startFails(t, schema, ""), sqlstore.ErrKeyMissing)
+	// A database sealed before the key check value existed: a sealed
+	// frame is tried instead.
+	d.exec(t, `DELETE FROM queen.encryption_key_check`)
+	require.ErrorIs(t, startFails(t, schema, testKeyB), sqlstore.ErrWrongKey)
+	segAfter, _ := d.storedBytes(t, "vault")
+	require.Equal(t, segBefore, segAfter, "a refused broker wrote nothing")
 
-	b = startBroker(t, schema, nil)
-	out := b.configure(t, "vault", map[string]any{"encryptionEnabled": true})
-	require.Equal(t, true, out["options"].(map[string]any)["encryptionEnabled"])
-	require.Equal(t, false, out["encryptionActive"])
-	b.push(t, item{"queue": "vault", "transactionId": "plain", "payload": map[string]any{"card": secret}})
-	seg, _ := d.storedBytes(t, "vault")
-	require.Equal(t, 1, bytes.Count(seg, []byte(secret)), "without a key the payload is stored as sent")
-	b.Stop(t)
-
-	// With the right key again, both read as pushed.
+	// The right key starts (and stores its check value again), and reads.
 	b = startBroker(t, schema, withKey(testKeyA))
-	r := b.pop(t, "vault", "", url.Values{"consumerGroup": {"late"}, "batch": {"10"}})
-	require.Len(t, r.Messages, 2)
-	for _, m := range r.Messages {
-		require.JSONEq(t, `{"card":"`+secret+`"}`, string(m.Data), m.TransactionID)
+	require.EqualValues(t, 1, d.int(t, `SELECT count(*) FROM queen.encryption_key_check`))
+
+	r := b.pop(t, "vault", "", nil)
+	require.Len(t, r.Messages, 1)
+	require.JSONEq(t, `{"card":"`+secret+`"}`, string(r.Messages[0].Data))
+	b.Stop(t)
+
+	// A broker without the key (started while nothing was encrypted) next
+	// to one with it.
+	s2 := sqlstoretest.NewSchema(t)
+	d2 := newDB(t, s2)
+	keyless := startBroker(t, s2, nil)
+	keyed := startBroker(t, s2, withKey(testKeyA))
+	status, body := do(t, "POST", keyless.URL+"/api/v1/configure",
+		map[string]any{"queue": "vault", "options": map[string]any{"encryptionEnabled": true}})
+	require.Equal(t, http.StatusBadRequest, status, "%s", body)
+	require.Contains(t, string(body), crypt.KeyEnv)
+	keyed.configure(t, "vault", map[string]any{"encryptionEnabled": true})
+	keyed.push(t, item{"queue": "vault", "transactionId": "sealed", "payload": map[string]any{"card": secret}})
+	// The keyless broker refuses the push (nothing stored in plaintext)...
+	status, body = keyless.pushRaw(t, map[string]any{"items": []any{
+		map[string]any{"queue": "vault", "transactionId": "plain", "payload": map[string]any{"card": secret}}}})
+	require.Equal(t, http.StatusServiceUnavailable, status, "%s", body)
+	require.Contains(t, string(body), crypt.KeyEnv)
+	seg, _ := d2.storedBytes(t, "vault")
+	require.False(t, bytes.Contains(seg, []byte(secret)), "plaintext stored into an encrypted queue")
+	// ... and the pop of the sealed message, leasing nothing: the keyed
+	// broker pops it at once.
+	status, body = do(t, "GET", keyless.URL+"/api/v1/pop/queue/vault", nil)
+	require.Equal(t, http.StatusServiceUnavailable, status, "%s", body)
+	require.NotContains(t, string(body), "authTag")
+	require.Zero(t, d2.int(t, `SELECT count(*) FROM queen.consumers WHERE lease_id IS NOT NULL`))
+	r = keyed.pop(t, "vault", "", nil)
+	require.Len(t, r.Messages, 1)
+	require.JSONEq(t, `{"card":"`+secret+`"}`, string(r.Messages[0].Data))
+}
+
+// TestEncryptedFingerprintsAreKeyed: with dedupPayloadCheck on an
+// encrypted queue, the stored fingerprint is not the payload's plain hash
+// (a reader of the database cannot confirm a guessed payload), and the
+// check still tells a retry from a conflict.
+func TestEncryptedFingerprintsAreKeyed(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", withKey(testKeyA))
+	d := newDB(t, b.Schema)
+	payload := []byte(`{"card":"` + secret + `"}`)
+	for _, q := range []string{"plain", "vault"} {
+		b.configure(t, q, map[string]any{"encryptionEnabled": q == "vault", "dedupPayloadCheck": "reject"})
+		b.push(t, item{"queue": q, "transactionId": "t1", "payload": json.RawMessage(payload)})
 	}
+	fp := func(q string) int64 {
+		return d.int(t, `SELECT l.fingerprints[1] FROM queen.log_txns l JOIN queen.partitions p ON p.id = l.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1`, q)
+	}
+	require.Equal(t, partition.Fingerprint(payload), fp("plain"))
+	require.NotEqual(t, partition.Fingerprint(payload), fp("vault"))
+	key, err := crypt.ParseKey(testKeyA)
+	require.NoError(t, err)
+	require.Equal(t, key.Fingerprint(payload), fp("vault"))
+	require.Equal(t, "duplicate", b.push(t, item{"queue": "vault", "transactionId": "t1",
+		"payload": json.RawMessage(payload)})[0].Status)
+	status, body := b.pushRaw(t, map[string]any{"items": []any{map[string]any{"queue": "vault", "transactionId": "t1",
+		"payload": map[string]any{"card": "other"}}}})
+	require.NotContains(t, string(body), `"duplicate"`, "status %d", status)
 }
 
 // TestEncryptionKeyRefusedAtStart: a key that is not 64 hex characters stops

@@ -119,9 +119,12 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}
 	defer ln.Close()
 	instance := instanceName(ln.Addr())
-	srv := wire.NewStarting(wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, ReadTimeout: cfg.ReadTimeout,
+	maxConns := maxConnections(cfg, openFileLimit())
+	srv := wire.NewStarting(wire.Config{MaxBodyBytes: cfg.MaxBodyBytes, MaxBodyBytesInFlight: cfg.MaxBodyBytesInFlight,
+		ReadTimeout: cfg.ReadTimeout,
 		IdleTimeout: cfg.IdleTimeout, Logger: log, Metrics: met, Auth: authn, Instance: instance,
-		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode, EncryptionKey: key != nil})
+		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode, EncryptionKey: key != nil,
+		MaxConns: maxConns, MaxConnsPerIP: cfg.MaxConnectionsPerIP})
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	if cfg.listening != nil {
@@ -141,8 +144,8 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		}
 		return err
 	}
-	defer store.Close()
-	logEncryption(ctx, log, store, key != nil)
+	defer closeStore(store, cfg.ShutdownTimeout, log)
+	logEncryption(log, key != nil)
 	logServerSettings(ctx, log, store, cfg.PoolSize)
 
 	// The maintenance switches, read before serving: a broker started while
@@ -236,7 +239,8 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	}()
 
 	log.Info().Str("addr", ln.Addr().String()).Str("schema", cfg.Schema).
-		Bool("dedup_cache", cfg.DedupCache).Int64("dedup_cache_bytes", cacheBudget).Msg("regina serving")
+		Bool("dedup_cache", cfg.DedupCache).Int64("dedup_cache_bytes", cacheBudget).
+		Int("max_connections", maxConns).Int("max_connections_per_ip", cfg.MaxConnectionsPerIP).Msg("regina serving")
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -269,6 +273,29 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	<-maintDone
 	log.Info().Msg("regina stopped")
 	return runErr
+}
+
+// poolCloseMin is the least closeStore waits for the pool.
+const poolCloseMin = time.Second
+
+// closeStore closes the store's pool, waiting at most wait (poolCloseMin at
+// least) for connections still held by requests that outlived the drain:
+// shutdown never hangs on them (the process exits and PostgreSQL ends
+// their sessions).
+func closeStore(store *sqlstore.Store, wait time.Duration, log zerolog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		store.Close()
+	}()
+	t := time.NewTimer(max(wait, poolCloseMin))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		log.Warn().Dur("waited", max(wait, poolCloseMin)).
+			Msg("database pool still has connections in use; exiting without waiting for them")
+	}
 }
 
 // Waits between two attempts to reach the database at start: the first
@@ -315,7 +342,8 @@ func openStore(ctx context.Context, cfg Config, key *crypt.Key, log zerolog.Logg
 			return nil, err
 		}
 		if _, bad := errors.AsType[*pgconn.ParseConfigError](err); bad ||
-			errors.Is(err, sqlstore.ErrMigrationChanged) || errors.Is(err, sqlstore.ErrSchemaNewer) {
+			errors.Is(err, sqlstore.ErrMigrationChanged) || errors.Is(err, sqlstore.ErrSchemaNewer) ||
+			errors.Is(err, sqlstore.ErrWrongKey) || errors.Is(err, sqlstore.ErrKeyMissing) {
 			return nil, err
 		}
 		srv.SetStartError(err)

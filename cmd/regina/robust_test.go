@@ -105,11 +105,12 @@ func TestHugePushesAndBodies(t *testing.T) {
 	res := b.push(t, items...)
 	require.Equal(t, "queued", res[19999].Status)
 	// A body over the limit is refused with 413 and a JSON error before it
-	// is read: the headers alone announce it.
+	// is read: the headers alone announce it (the broker answers once the
+	// first byte of the body is there).
 	conn, err := net.Dial("tcp", strings.TrimPrefix(b.URL, "http://"))
 	require.NoError(t, err)
 	defer conn.Close()
-	_, err = fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 9<<20)
+	_, err = fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", 9<<20)
 	require.NoError(t, err)
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,7 +92,7 @@ func TestTraces(t *testing.T) {
 			{map[string]any{"transactionId": "order-42", "partitionId": pid}, "data is required"},
 			{map[string]any{"transactionId": "order-42", "partitionId": "nope", "data": 1}, "partitionId must be a UUID"},
 			{map[string]any{"transactionId": 5, "partitionId": pid, "data": 1}, "transactionId must be a string"},
-			{map[string]any{"transactionId": "order-42", "partitionId": pid, "data": 1, "eventType": string(make([]byte, 101))},
+			{map[string]any{"transactionId": "order-42", "partitionId": pid, "data": 1, "eventType": strings.Repeat("e", 101)},
 				"eventType must be at most 100 bytes"},
 			{map[string]any{"transactionId": "order-42", "partitionId": pid, "data": 1, "consumerGroup": 3},
 				"consumerGroup must be a string"},

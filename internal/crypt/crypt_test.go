@@ -74,3 +74,23 @@ func TestEnvelope(t *testing.T) {
 	require.JSONEq(t, `{"n":1}`, string(got))
 	require.JSONEq(t, `{"encrypted":"AQI=","iv":"","authTag":""}`, string(Envelope(nil, []byte{1, 2})))
 }
+
+// TestCheckValueAndFingerprint: the check value and the fingerprints are
+// stable for a key, differ between keys, and a fingerprint is not the
+// payload's plain hash.
+func TestCheckValueAndFingerprint(t *testing.T) {
+	k, err := ParseKey(testKey)
+	require.NoError(t, err)
+	k2, err := ParseKey(testKey)
+	require.NoError(t, err)
+	other, err := ParseKey(strings.Repeat("ab", 32))
+	require.NoError(t, err)
+	require.Len(t, k.CheckValue(), 32)
+	require.True(t, k2.Matches(k.CheckValue()))
+	require.False(t, other.Matches(k.CheckValue()))
+	require.False(t, k.Matches(nil))
+	p := []byte(`{"n":1}`)
+	require.Equal(t, k.Fingerprint(p), k2.Fingerprint(p))
+	require.NotEqual(t, k.Fingerprint(p), other.Fingerprint(p))
+	require.NotEqual(t, k.Fingerprint(p), k.Fingerprint([]byte(`{"n":2}`)))
+}
