@@ -86,8 +86,8 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 			return r[0], nil
 		}
 	} else if b.ExpectDuplicates && b.WindowHint > 0 {
-		status, err := scanPush(conn.QueryRow(ctx, s.sql.pushDups, uuidArg(b.Partition), b.WindowHint, watermark,
-			b.Hashes, b.Fingerprints), &res)
+		status, err := scanPush(s.pushRow(conn.QueryRow(ctx, s.sql.pushDups, uuidArg(b.Partition), b.WindowHint, watermark,
+			b.Hashes, b.Fingerprints)), &res)
 		if err != nil {
 			return res, classify(err)
 		}
@@ -101,8 +101,8 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 	var status string
 	err = s.retryMissingSidecarChild(ctx, func() error {
 		var err error
-		status, err = scanPush(conn.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, watermark,
-			b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints), &res)
+		status, err = scanPush(s.pushRow(conn.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, watermark,
+			b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints)), &res)
 		return err
 	})
 	if err != nil {

@@ -295,8 +295,8 @@ func openStore(ctx context.Context, cfg Config, key *crypt.Key, log zerolog.Logg
 		store, err := sqlstore.Open(actx, sqlstore.Config{
 			URL: cfg.DatabaseURL, Schema: cfg.Schema, MaxConns: int32(cfg.PoolSize),
 			StatementTimeout: cfg.StatementTimeout, SidecarMinSeconds: cfg.RetentionSidecarMinSeconds,
-			SidecarChildSeconds: cfg.RetentionSidecarChildSeconds,
-			Logger:              log.With().Str("component", "sqlstore").Logger(), Key: key,
+			SidecarChildSeconds: cfg.RetentionSidecarChildSeconds, Citus: sqlstore.CitusMode(cfg.Citus),
+			Logger: log.With().Str("component", "sqlstore").Logger(), Key: key,
 			// What retention deletes, for the analytics' retention view.
 			OnPurge: srv.CountRetention,
 			OnRetention: func(st sqlstore.RetentionStats, err error) {
