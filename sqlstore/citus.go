@@ -198,6 +198,21 @@ func distribute(ctx context.Context, pool *pgxpool.Pool, schema string, log zero
 			return err
 		}
 	}
+	// The probes bound the partition with "(partition_id = p) IS TRUE",
+	// which keeps PostgreSQL's planner on the GIN index but which Citus
+	// cannot prune shards with (the probe read every shard). On Citus the
+	// plain equality comes first: one shard, on the worker the call runs on.
+	for _, name := range []string{"functions/push_probe.sql"} {
+		f, err := readSQL(sqlFiles, name)
+		if err != nil {
+			return err
+		}
+		sql := mustReplace(f.sql, "(l.partition_id = p_partition) IS TRUE",
+			"l.partition_id = p_partition AND (l.partition_id = p_partition) IS TRUE")
+		if err := exec("prunable "+f.name, qualify(sql, schema)); err != nil {
+			return err
+		}
+	}
 	var hasTrigger bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1::regclass
 		AND tgname = 'partitions_local_push_xid')`, rel("partitions")).Scan(&hasTrigger); err != nil {
@@ -283,6 +298,21 @@ func (q *queries) citusQueries(schema string) {
 	q.configure = mustReplace(q.configure, "updated_at = now()", "updated_at = EXCLUDED.updated_at")
 	q.insertDLQ = mustReplace(q.insertDLQ, "failed_at = now()", "failed_at = EXCLUDED.failed_at")
 	q.streams.upsertState = mustReplace(q.streams.upsertState, "updated_at = now()", "updated_at = EXCLUDED.updated_at")
+	// Citus cannot plan a SQL function's statement with parameters: ack's
+	// resolution of ids to offsets is queen.resolve_offsets written out,
+	// bounded to the partition's shard by a plain equality.
+	q.resolveOffsets = qualify(`WITH c AS MATERIALIZED (
+		        SELECT l.first_offset AS fo, m.h, m.o
+		          FROM queen.log_txns l
+		         CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
+		         WHERE l.partition_id = $1 AND l.hashes && $2::bytea[])
+		    SELECT h.i::integer, c.fo + c.o - 1
+		      FROM c JOIN unnest($2::bytea[]) WITH ORDINALITY AS h(h, i) ON h.h = c.h`, schema)
+	// Nor a non-IMMUTABLE function inside CASE in an UPDATE.
+	// now() is taken from a FROM subquery instead.
+	q.updateConsumerAfterAck = mustReplace(mustReplace(q.updateConsumerAfterAck,
+		"avail_at = CASE WHEN $4 THEN now() ELSE avail_at END", "avail_at = CASE WHEN $4 THEN x.n ELSE avail_at END"),
+		"WHERE partition_id = $1", "FROM (SELECT now() AS n) x WHERE partition_id = $1")
 	q.citusPopPrepare = qualify(`SELECT queue_id, coalesce(lease_time, 0), coalesce(delayed, 0),
 		coalesce(window_buffer, 0), coalesce(retry_limit, 0), sub_from FROM queen.citus_pop_prepare($1, $2, $3, $4)`, schema)
 	q.citusCatchUp = qualify(`SELECT queen.citus_catch_up_node($1, $2, $3, $4, $5::text::xid8)`, schema)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# make test/citus: the tests that matter on a real Citus cluster.
+#
+# Starts a throw-away local cluster (a coordinator and two workers, from
+# CITUS_TOOL, default ../shared/tools/citus/start-local-citus.sh), runs the
+# Citus tests of sqlstore (a single-partition push is one delegated call on
+# one worker, checked with citus.log_remote_commands; no 2PC per packed
+# push; a cross-worker transaction is atomic; the distribution rule on the
+# catalog) and the broker's end-to-end tests of push verdicts, pop, ack,
+# groups, DLQ, transactions and retention with TEST_DATABASE_URL at the
+# coordinator, then stops the cluster. Skips (exit 0) with a message when
+# the tool is absent.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="/usr/local/go/bin:$PATH"
+
+tool=${CITUS_TOOL:-../shared/tools/citus/start-local-citus.sh}
+if [[ ! -x $tool ]]; then
+	echo "make test/citus: SKIPPED: no Citus cluster tool at $tool (set CITUS_TOOL to start-local-citus.sh; docs/scaling.md)"
+	exit 0
+fi
+port=${CITUS_PORT:-55432}
+parent=$(mktemp -d)
+chmod 755 "$parent" # the postgres OS user must reach it when run as root
+dir=$parent/citus
+trap '"$tool" --stop "$dir" >/dev/null 2>&1 || true; rm -rf "$parent"' EXIT
+echo "make test/citus: starting a local Citus cluster in $dir (port $port)"
+url=$("$tool" --dir "$dir" --port "$port" | sed -n 's/^DATABASE_URL=//p')
+[[ -n $url ]] || { echo "make test/citus: the cluster did not start" >&2; exit 1; }
+# 4 shards per table: every test schema distributes ~10 tables (and the
+# sidecar's time slices), 32 shards each would make each test slow.
+sep='?'; [[ $url == *\?* ]] && sep='&'
+export TEST_DATABASE_URL="$url${sep}sslmode=disable&citus.shard_count=4"
+
+e2e='TestPopReadsYourWritesAndAckReleases|TestFIFOUnderConcurrentConsumers|TestQueueModeAndNamedGroups'
+e2e+='|TestCompetingConsumersNeverShareALiveLease|TestFailedAcksReachTheDLQAtRetryLimit|TestPushMixedNewAndDuplicate'
+e2e+='|TestPushAllDuplicatesWritesNothing|TestTransactionConsumeTransformProduce|TestTransactionDuplicateRollsBackEverything'
+e2e+='|TestRetentionRemovesConsumedSegments|TestPopNeverEmptyWhileWorkWaits|TestReplayOutOfTheDLQIsNotSwallowedByDedup'
+e2e+='|TestConcurrentSameTransactionID|TestPayloadCheck.*'
+go test -count=1 -parallel 3 -timeout 15m ./sqlstore/ -run 'TestCitus|TestDistributionRule|TestPushSegmentProbe|TestPushManyMatchesPush|TestRetentionDropsExpiredSidecarChildren'
+go test -count=1 -parallel 3 -timeout 15m ./cmd/regina/ -run "^($e2e)\$"
+echo "make test/citus: passed on Citus"
