@@ -16,7 +16,7 @@ FUZZTIME    ?= 30s
 
 ENSURE_PG := scripts/ensure-postgres.sh
 
-.PHONY: help build run test test/long test/race test/citus bench fuzz loadtest lint lint/gomod db/stop clean clean-db faults soak compare compare/scale
+.PHONY: help build run test test/long test/race test/citus bench fuzz loadtest lint lint/gomod db/stop clean clean-db faults faults/citus soak compare compare/scale
 
 help: ## Show this list of targets
 	@echo 'Usage: make TARGET [VAR=value ...]'
@@ -136,6 +136,9 @@ DURATION ?= 60s
 
 faults: ## Fault injection on real brokers, then a checker (DURATION=60s)
 	$(GO) run ./loadtest/faults -duration $(DURATION) $(ARGS)
+
+faults/citus: ## Fault injection on a local Citus cluster: brokers on the coordinator, workers restarted fast and immediate (DURATION=60s)
+	$(GO) run ./loadtest/faults -scenario citus -duration $(DURATION) $(ARGS)
 
 SOAK_PNG ?= bin/soak.png
 

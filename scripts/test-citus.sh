@@ -14,7 +14,13 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
-tool=${CITUS_TOOL:-../shared/tools/citus/start-local-citus.sh}
+tool=${CITUS_TOOL:-}
+if [[ -z $tool ]]; then # ../shared beside the clone (or beside its parent, for a worktree)
+	for up in .. ../..; do
+		tool=$up/shared/tools/citus/start-local-citus.sh
+		[[ -x $tool ]] && break
+	done
+fi
 if [[ ! -x $tool ]]; then
 	echo "make test/citus: SKIPPED: no Citus cluster tool at $tool (set CITUS_TOOL to start-local-citus.sh; docs/scaling.md)"
 	exit 0
@@ -31,6 +37,20 @@ url=$("$tool" --dir "$dir" --port "$port" | sed -n 's/^DATABASE_URL=//p')
 # sidecar's time slices), 32 shards each would make each test slow.
 sep='?'; [[ $url == *\?* ]] && sep='&'
 export TEST_DATABASE_URL="$url${sep}sslmode=disable&citus.shard_count=4"
+
+# Every test drops its schema when it ends (sqlstoretest), and Citus's
+# metadata locks made concurrent drops and distributions deadlock: on this
+# throw-away cluster a DROP SCHEMA waits for the lock the broker's Citus step
+# takes (sqlstore/citus.go), so they run one at a time.
+psql -X -q -v ON_ERROR_STOP=1 "$url" <<'SQL'
+CREATE OR REPLACE FUNCTION public.regina_test_serialize_drops() RETURNS event_trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('regina.citus'));
+END $$;
+DROP EVENT TRIGGER IF EXISTS regina_test_serialize_drops;
+CREATE EVENT TRIGGER regina_test_serialize_drops ON ddl_command_start WHEN TAG IN ('DROP SCHEMA')
+    EXECUTE FUNCTION public.regina_test_serialize_drops();
+SQL
 
 e2e='TestPopReadsYourWritesAndAckReleases|TestFIFOUnderConcurrentConsumers|TestQueueModeAndNamedGroups'
 e2e+='|TestCompetingConsumersNeverShareALiveLease|TestFailedAcksReachTheDLQAtRetryLimit|TestPushMixedNewAndDuplicate'

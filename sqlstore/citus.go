@@ -350,10 +350,10 @@ func (s *Store) Citus() bool { return s.citus != nil }
 // pgtypeComposite scans one composite value into fields.
 func pgtypeComposite(fields ...any) pgtype.CompositeFields { return fields }
 
-// mustReplace replaces old in sql, which must contain it once.
-func mustReplace(sql, old, new string) string {
-	if strings.Count(sql, old) != 1 {
-		panic(fmt.Sprintf("citus: %q not found once in %.60s", old, sql))
+// mustReplace replaces from with to in sql, which must contain it once.
+func mustReplace(sql, from, to string) string {
+	if strings.Count(sql, from) != 1 {
+		panic(fmt.Sprintf("citus: %q not found once in %.60s", from, sql))
 	}
-	return strings.Replace(sql, old, new, 1)
+	return strings.Replace(sql, from, to, 1)
 }
