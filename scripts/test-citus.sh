@@ -43,6 +43,7 @@ export TEST_DATABASE_URL="$url${sep}sslmode=disable&citus.shard_count=4"
 # throw-away cluster a DROP SCHEMA waits for the lock the broker's Citus step
 # takes (sqlstore/citus.go), so they run one at a time.
 psql -X -q -v ON_ERROR_STOP=1 "$url" <<'SQL'
+SET client_min_messages = warning;
 CREATE OR REPLACE FUNCTION public.regina_test_serialize_drops() RETURNS event_trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('regina.citus'));
