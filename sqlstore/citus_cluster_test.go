@@ -199,3 +199,48 @@ func TestCitusCrossWorkerTransactionIsAtomic(t *testing.T) {
 	_, err = pool.Exec(ctx, "DROP FUNCTION "+fn+"()")
 	require.NoError(t, err)
 }
+
+// TestCitusCatchUpHorizonIsPerWorker: every worker has its own transaction
+// ids, so a group's catch-up horizon taken on one worker says nothing about
+// another. With one worker's ids run far ahead of the other's, a push on
+// either is still found by the next any-partition pop (a horizon shared by
+// the workers would hide the pushes of the worker with the smaller ids).
+func TestCitusCatchUpHorizonIsPerWorker(t *testing.T) {
+	st := openCitus(t)
+	ctx := context.Background()
+	a, b, _, workerB := partitionsOnTwoWorkers(t, st, "hq")
+	pop := func() []string {
+		t.Helper()
+		res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "hq", Group: "g", Batch: 10, Partitions: 4, AutoAck: true})
+		require.NoError(t, err)
+		var got []string
+		for _, m := range res.Messages {
+			got = append(got, m.TransactionID)
+		}
+		return got
+	}
+	push := func(ref reginatype.PartitionRef, tx string) {
+		t.Helper()
+		bt, _ := batchOf(t, ref, tx)
+		_, err := st.Push(ctx, bt)
+		require.NoError(t, err)
+	}
+	require.Empty(t, pop()) // the group's horizons are taken on both workers
+
+	// Worker B's ids run 3000 ahead (one id per autocommitted statement).
+	pool := sqlstoretest.Pool(t)
+	wconn, err := pgx.Connect(ctx, "postgres://postgres@"+workerB+"/"+pool.Config().ConnConfig.Database+"?sslmode=disable")
+	require.NoError(t, err)
+	defer wconn.Close(ctx)
+	for range 3000 {
+		_, err := wconn.Exec(ctx, "SELECT pg_current_xact_id()")
+		require.NoError(t, err)
+	}
+	for round := range 3 {
+		pa, pb := fmt.Sprintf("a%d", round), fmt.Sprintf("b%d", round)
+		push(b, pb)
+		require.Equal(t, []string{pb}, pop(), "round %d: the push on the worker with the larger ids", round)
+		push(a, pa)
+		require.Equal(t, []string{pa}, pop(), "round %d: the push on the worker with the smaller ids", round)
+	}
+}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,25 +73,41 @@ func (s *Store) citusCatchUp(ctx context.Context, queue [16]byte, group string, 
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("catch-up horizons: %w", err)
 	}
-	for _, k := range keys {
-		var h *string
+	// One delegated call per worker, all at once: the catch-up costs one
+	// round trip, however many workers.
+	type answer struct {
+		node   int32
+		before *string
+		after  *string
+		err    error
+	}
+	answers := make([]answer, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		a := &answers[i]
 		if v, ok := hs[k.node]; ok {
-			h = &v
+			a.before = &v
 		}
-		var (
-			caught int32
-			nh     *string
-			node   int32
-		)
-		if err := s.pool.QueryRow(ctx, s.sql.citusCatchUp, k.key, queue, group, subFrom, h).
-			Scan(pgtypeComposite(&caught, &nh, &node)); err != nil {
-			return fmt.Errorf("catch-up on worker %d: %w", k.node, err)
+		wg.Go(func() {
+			var caught int32
+			if err := s.pool.QueryRow(ctx, s.sql.citusCatchUp, k.key, queue, group, subFrom, a.before).
+				Scan(pgtypeComposite(&caught, &a.after, &a.node)); err != nil {
+				a.err = fmt.Errorf("catch-up on worker %d: %w", k.node, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, a := range answers {
+		if a.err != nil {
+			return a.err
 		}
-		if nh == nil || (h != nil && *nh == *h) {
+	}
+	for _, a := range answers {
+		if a.after == nil || (a.before != nil && *a.after == *a.before) {
 			continue
 		}
-		if _, err := s.pool.Exec(ctx, s.sql.citusSetHorizon, queue, group, node, *nh); err != nil {
-			return fmt.Errorf("catch-up horizon of worker %d: %w", node, err)
+		if _, err := s.pool.Exec(ctx, s.sql.citusSetHorizon, queue, group, a.node, *a.after); err != nil {
+			return fmt.Errorf("catch-up horizon of worker %d: %w", a.node, err)
 		}
 	}
 	return nil
