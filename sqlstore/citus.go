@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -267,6 +268,30 @@ type citusState struct {
 	keys    []citusNodeKey
 	keysAt  time.Time
 	relName string // the schema's partitions table, quoted
+	// pushes counts the pushes this store sent (bumped before each runs),
+	// caught the last catch-up of each (queue, group): see citusCatchUp.
+	pushes atomic.Uint64
+	caught sync.Map // citusGroupKey -> citusCaught
+}
+
+// citusGroupKey names a consumer group of a queue.
+type citusGroupKey struct {
+	queue [16]byte
+	group string
+}
+
+// citusCaught is when a group's last catch-up through this store started,
+// and the store's push count then.
+type citusCaught struct {
+	at     time.Time
+	pushes uint64
+}
+
+// citusPushed counts a push this store sends (a no-op off Citus).
+func (s *Store) citusPushed() {
+	if s.citus != nil {
+		s.citus.pushes.Add(1)
+	}
 }
 
 // citusNodeKey is a partition id whose shard lives on worker node
@@ -335,6 +360,7 @@ func (s *Store) pushRow(r pgx.Row) pgx.Row {
 	if s.citus == nil {
 		return r
 	}
+	s.citusPushed()
 	return compositeRow{r}
 }
 

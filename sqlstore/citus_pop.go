@@ -50,7 +50,34 @@ func (s *Store) citusPopPrepare(ctx context.Context, req *reginatype.PopRequest)
 // citusCatchUp catches the group up on every worker: one delegated call of
 // queen.citus_catch_up_node per worker, with that worker's horizon, and
 // records the horizons that moved.
+//
+// It is skipped when the group caught up through this store less than
+// citusCatchUpEvery ago and this store sent no push since: a pop then
+// reaches no worker for the catch-up. A push through another broker is
+// therefore seen by this broker's pops up to citusCatchUpEvery later (its
+// long polls ask every 200 ms anyway); one through this broker at once.
 func (s *Store) citusCatchUp(ctx context.Context, queue [16]byte, group string, subFrom *time.Time) error {
+	gk := citusGroupKey{queue, group}
+	now := time.Now()
+	pushes := s.citus.pushes.Load()
+	if v, ok := s.citus.caught.Load(gk); ok {
+		if c := v.(citusCaught); c.pushes == pushes && now.Sub(c.at) < citusCatchUpEvery {
+			return nil
+		}
+	}
+	if err := s.citusCatchUpNow(ctx, queue, group, subFrom); err != nil {
+		return err
+	}
+	s.citus.caught.Store(gk, citusCaught{at: now, pushes: pushes})
+	return nil
+}
+
+// citusCatchUpEvery bounds how long a group's catch-up through one store is
+// skipped while the store pushed nothing (citusCatchUp).
+const citusCatchUpEvery = 50 * time.Millisecond
+
+// citusCatchUpNow is the catch-up itself: one delegated call per worker.
+func (s *Store) citusCatchUpNow(ctx context.Context, queue [16]byte, group string, subFrom *time.Time) error {
 	keys, err := s.citusKeys(ctx)
 	if err != nil {
 		return err
