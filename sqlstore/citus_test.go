@@ -81,3 +81,31 @@ func TestDistributionRule(t *testing.T) {
 		require.Equal(t, "nt", method, "%s is a reference table", tb)
 	}
 }
+
+// TestCitusModes: DB_CITUS=on refuses a database without the extension,
+// off never distributes, auto follows the extension.
+func TestCitusModes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pool := sqlstoretest.Pool(t)
+	var has bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").Scan(&has))
+
+	auto := sqlstoretest.Open(t)
+	require.Equal(t, has, auto.Citus())
+
+	off := sqlstoretest.OpenConfig(t, sqlstore.Config{Citus: sqlstore.CitusOff})
+	require.False(t, off.Citus())
+	var distributed bool
+	if has {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_dist_partition
+			WHERE logicalrelid = ($1 || '.partitions')::regclass)`, off.Schema()).Scan(&distributed))
+	}
+	require.False(t, distributed, "DB_CITUS=off distributes nothing")
+
+	if !has {
+		_, err := sqlstore.Open(ctx, sqlstore.Config{URL: sqlstoretest.URL(t), Schema: sqlstoretest.NewSchema(t),
+			Citus: sqlstore.CitusOn})
+		require.ErrorIs(t, err, sqlstore.ErrNoCitus)
+	}
+}

@@ -315,7 +315,8 @@ func openStore(ctx context.Context, cfg Config, key *crypt.Key, log zerolog.Logg
 			return nil, err
 		}
 		if _, bad := errors.AsType[*pgconn.ParseConfigError](err); bad ||
-			errors.Is(err, sqlstore.ErrMigrationChanged) || errors.Is(err, sqlstore.ErrSchemaNewer) {
+			errors.Is(err, sqlstore.ErrMigrationChanged) || errors.Is(err, sqlstore.ErrSchemaNewer) ||
+			errors.Is(err, sqlstore.ErrNoCitus) {
 			return nil, err
 		}
 		srv.SetStartError(err)
