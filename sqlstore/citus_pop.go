@@ -61,7 +61,7 @@ func (s *Store) citusCatchUp(ctx context.Context, queue [16]byte, group string, 
 	now := time.Now()
 	pushes := s.citus.pushes.Load()
 	if v, ok := s.citus.caught.Load(gk); ok {
-		if c := v.(citusCaught); c.pushes == pushes && now.Sub(c.at) < citusCatchUpEvery {
+		if c, ok := v.(citusCaught); ok && c.pushes == pushes && now.Sub(c.at) < citusCatchUpEvery {
 			return nil
 		}
 	}
