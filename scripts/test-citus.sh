@@ -58,6 +58,7 @@ e2e+='|TestCompetingConsumersNeverShareALiveLease|TestFailedAcksReachTheDLQAtRet
 e2e+='|TestPushAllDuplicatesWritesNothing|TestTransactionConsumeTransformProduce|TestTransactionDuplicateRollsBackEverything'
 e2e+='|TestPopNeverEmptyWhileWorkWaits|TestReplayOutOfTheDLQIsNotSwallowedByDedup'
 e2e+='|TestLongPoll|TestTwoBrokersConsumeWithoutDoubleDelivery|TestLongPollIsWokenByAPushThroughAnotherBroker|TestNewGroupIsNotToldEmptyWhileWorkWaits'
+e2e+='|TestPopMaintenance|TestPushMaintenance'
 e2e+='|TestConcurrentSameTransactionID|TestPayloadCheck(OffAnswersAsBefore|Report|Reject|InATransaction|SwitchedOnAndOff|BadConfigure)'
 go test -count=1 -parallel 3 -timeout 15m ./sqlstore/ -run 'TestCitus|TestDistributionRule|TestPushSegmentProbe|TestPushManyMatchesPush|TestRetentionDropsExpiredSidecarChildren|TestRetentionDropsOnlyNarrowChildrenPastTheHorizon'
 go test -count=1 -parallel 3 -timeout 15m ./cmd/regina/ -run "^($e2e)\$"

@@ -338,6 +338,11 @@ func (q *queries) citusQueries(schema string) {
 	q.updateConsumerAfterAck = mustReplace(mustReplace(q.updateConsumerAfterAck,
 		"avail_at = CASE WHEN $4 THEN now() ELSE avail_at END", "avail_at = CASE WHEN $4 THEN x.n ELSE avail_at END"),
 		"WHERE partition_id = $1", "FROM (SELECT now() AS n) x WHERE partition_id = $1")
+	// Nor a correlated subquery beside a reference table.
+	q.stats.partitionsBefore = qualify(`SELECT q.name, coalesce(c.n, 0) FROM queen.queues q
+		  LEFT JOIN (SELECT p.queue_id, count(*) AS n FROM queen.partitions p WHERE p.created_at < $1
+		              GROUP BY p.queue_id) c ON c.queue_id = q.id
+		 WHERE q.name = ANY($2::text[])`, schema)
 	q.citusPopPrepare = qualify(`SELECT queue_id, coalesce(lease_time, 0), coalesce(delayed, 0),
 		coalesce(window_buffer, 0), coalesce(retry_limit, 0), sub_from FROM queen.citus_pop_prepare($1, $2, $3, $4)`, schema)
 	q.citusCatchUp = qualify(`SELECT queen.citus_catch_up_node($1, $2, $3, $4, $5::text::xid8)`, schema)
@@ -382,4 +387,10 @@ func mustReplace(sql, from, to string) string {
 		panic(fmt.Sprintf("citus: %q not found once in %.60s", from, sql))
 	}
 	return strings.Replace(sql, from, to, 1)
+}
+
+// citusNowOutOfCase rewrites a maintenance switch's UPDATE so that now() is
+// read from a FROM subquery, not inside its CASE.
+func citusNowOutOfCase(sql string) string {
+	return mustReplace(sql, "ELSE now() END RETURNING", "ELSE x.n END FROM (SELECT now() AS n) x RETURNING")
 }
