@@ -338,6 +338,22 @@ func (q *queries) citusQueries(schema string) {
 	q.updateConsumerAfterAck = mustReplace(mustReplace(q.updateConsumerAfterAck,
 		"avail_at = CASE WHEN $4 THEN now() ELSE avail_at END", "avail_at = CASE WHEN $4 THEN x.n ELSE avail_at END"),
 		"WHERE partition_id = $1", "FROM (SELECT now() AS n) x WHERE partition_id = $1")
+	// Explain's probe reads each copy's original id and fingerprint with
+	// correlated subqueries on the rows found, which Citus cannot join with
+	// them: on Citus they come from the rows themselves (the fingerprint)
+	// and a join of each found row with its segment by primary key (same
+	// partition, same shard), for every hash of a row found.
+	q.admin.explainProbe = qualify(`WITH c AS MATERIALIZED (
+		    SELECT l.partition_id AS pid, l.first_offset AS fo, l.created_at AS created, m.h, m.o::integer AS o,
+		           substring(s.frames FROM (m.o::integer - 1) * 16 + 1 FOR 16) AS mid, l.fingerprints[m.o] AS fp
+		      FROM queen.log_txns l
+		     CROSS JOIN LATERAL unnest(l.hashes) WITH ORDINALITY AS m(h, o)
+		      LEFT JOIN queen.segments s ON s.partition_id = l.partition_id AND s.first_offset = l.first_offset
+		     WHERE l.hashes && $2::bytea[] AND l.partition_id = ANY($1::uuid[]))
+		SELECT k.i, c.fo + c.o - 1, c.created, c.created > now() - make_interval(secs => k.w), c.mid, c.fp
+		  FROM c JOIN unnest($1::uuid[], $2::bytea[], $3::integer[], $4::integer[]) AS k(pid, h, w, i)
+		    ON k.h = c.h AND k.pid = c.pid
+		 ORDER BY k.i, c.fo, c.o`, schema)
 	// Nor a correlated subquery beside a reference table.
 	q.stats.partitionsBefore = qualify(`SELECT q.name, coalesce(c.n, 0) FROM queen.queues q
 		  LEFT JOIN (SELECT p.queue_id, count(*) AS n FROM queen.partitions p WHERE p.created_at < $1
