@@ -354,6 +354,8 @@ func (q *queries) citusQueries(schema string) {
 		  FROM c JOIN unnest($1::uuid[], $2::bytea[], $3::integer[], $4::integer[]) AS k(pid, h, w, i)
 		    ON k.h = c.h AND k.pid = c.pid
 		 ORDER BY k.i, c.fo, c.o`, schema)
+	// A named pop finds its partition by its derived id (one shard).
+	q.popPartitionByName = qualify(`SELECT id, name FROM queen.citus_partition_by_name($1, $2)`, schema)
 	// Nor a correlated subquery beside a reference table.
 	q.stats.partitionsBefore = qualify(`SELECT q.name, coalesce(c.n, 0) FROM queen.queues q
 		  LEFT JOIN (SELECT p.queue_id, count(*) AS n FROM queen.partitions p WHERE p.created_at < $1

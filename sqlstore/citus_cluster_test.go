@@ -244,3 +244,35 @@ func TestCitusCatchUpHorizonIsPerWorker(t *testing.T) {
 		require.Equal(t, []string{pa}, pop(), "round %d: the push on the worker with the smaller ids", round)
 	}
 }
+
+// TestCitusNamedPopRunsOnOneWorker: a pop of a named partition (its lookup,
+// cursor, segments and lease) and its ack reach only the worker holding the
+// partition.
+func TestCitusNamedPopRunsOnOneWorker(t *testing.T) {
+	st := openCitus(t)
+	ctx := context.Background()
+	ref, err := st.EnsurePartition(ctx, "named", "p7")
+	require.NoError(t, err)
+	b, _ := batchOf(t, ref, "a", "b")
+	_, err = st.Push(ctx, b)
+	require.NoError(t, err)
+	// The group's first pop writes its start point (consumer_groups, a
+	// reference table: every node); the next ones write nothing shared.
+	res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "named", Partition: "p7", Group: "g", Batch: 1, AutoAck: true})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+	var log remoteLog
+	obs := log.observe(t, st)
+	log.take()
+	res, err = obs.Pop(ctx, reginatype.PopRequest{Queue: "named", Partition: "p7", Group: "g", Batch: 10})
+	require.NoError(t, err)
+	require.Len(t, res.Messages, 1)
+	cmds := log.take()
+	require.NotEmpty(t, cmds)
+	servers := map[string]bool{}
+	for _, c := range cmds {
+		server, _, _ := strings.Cut(c, " connectionId")
+		servers[server] = true
+	}
+	require.Len(t, servers, 1, "remote commands of a named pop: %q", cmds)
+}

@@ -144,3 +144,18 @@ BEGIN
         caught := caught + n;
     END LOOP;
 END $$;
+
+-- citus_partition_by_name finds a partition of a queue by name: by its
+-- derived id first (one shard), by name only when that finds nothing (a
+-- partition created before migration 0023 has a random id; that lookup asks
+-- every worker).
+CREATE OR REPLACE FUNCTION queen.citus_partition_by_name(p_queue uuid, p_name text, OUT id uuid, OUT name text)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE SET jit = off AS $$
+BEGIN
+    RETURN QUERY SELECT p.id, p.name FROM queen.partitions p
+     WHERE p.id = queen.partition_id_of(p_queue, p_name) AND p.queue_id = p_queue AND p.name = p_name;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT p.id, p.name FROM queen.partitions p WHERE p.queue_id = p_queue AND p.name = p_name;
+    END IF;
+END $$;
