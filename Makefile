@@ -16,7 +16,7 @@ FUZZTIME    ?= 30s
 
 ENSURE_PG := scripts/ensure-postgres.sh
 
-.PHONY: help build run test test/long test/race bench fuzz loadtest lint lint/gomod db/stop clean clean-db faults soak hostile compare compare/scale
+.PHONY: help build run test test/long test/race test/citus bench fuzz loadtest lint lint/gomod db/stop clean clean-db faults faults/citus soak hostile compare compare/scale
 
 help: ## Show this list of targets
 	@echo 'Usage: make TARGET [VAR=value ...]'
@@ -79,6 +79,9 @@ test: $(TESTSUM) ## Run every test but the long ones against PostgreSQL (GOTESTF
 test/long: $(TESTSUM) ## Run the long tests (TestLong_*: fault injection, scale, end-to-end benchmark runs)
 	url=$${TEST_DATABASE_URL:-$$($(ENSURE_PG) $(TEST_DB))} && TEST_DATABASE_URL="$$url" $(GOTEST) -timeout 20m -run '$(LONG_TESTS)' \
 		$(GOTESTFLAGS) $(LONG_PKGS) | $(TESTSUM) $(TESTSUM_V) -name 'make test/long' -json bin/test-long.json
+
+test/citus: ## Run the Citus tests and the end-to-end tests on a local Citus cluster (skips without ../shared/tools/citus)
+	scripts/test-citus.sh
 
 test/race: $(TESTSUM) ## Run every test but the long ones with the race detector
 	url=$${TEST_DATABASE_URL:-$$($(ENSURE_PG) $(TEST_DB))} && TEST_DATABASE_URL="$$url" $(GOTEST) -race -timeout 15m -skip '$(LONG_TESTS)' \
@@ -144,6 +147,9 @@ hostile: ## Hostile clients: connection floods (EMFILE too), ghost long polls, l
 		-run '^(TestLong_Hostile|TestNULIsABadRequestEverywhere|TestEncryptionFailsClosed|TestEncryptedFingerprintsAreKeyed)' \
 		./cmd/regina > bin/hostile.txt 2>&1; st=$$?; \
 		grep -E '^(--- |ok|FAIL)|figure:|Error' bin/hostile.txt; exit $$st
+
+faults/citus: ## Fault injection on a local Citus cluster: brokers on the coordinator, workers restarted fast and immediate (DURATION=60s)
+	$(GO) run ./loadtest/faults -scenario citus -duration $(DURATION) $(ARGS)
 
 SOAK_PNG ?= bin/soak.png
 

@@ -34,6 +34,10 @@ func (s *Store) NewMaintenance(ctx context.Context) (*Maintenance, error) {
 			push_changed_at = CASE WHEN push = $1 THEN push_changed_at ELSE now() END RETURNING push, pop`, s.schema),
 		setPop: qualify(`UPDATE queen.maintenance SET pop = $1,
 			pop_changed_at = CASE WHEN pop = $1 THEN pop_changed_at ELSE now() END RETURNING push, pop`, s.schema)}
+	if s.citus != nil { // no now() inside CASE on Citus (citusQueries)
+		m.setPush = citusNowOutOfCase(m.setPush)
+		m.setPop = citusNowOutOfCase(m.setPop)
+	}
 	if _, err := m.Refresh(ctx); err != nil {
 		return nil, err
 	}

@@ -166,6 +166,9 @@ func (s *Store) HasWork(ctx context.Context, req reginatype.PopRequest) (bool, e
 // for an any-partition pop, the group's catch-up), retrying a deadlock with
 // a concurrent seek or transaction.
 func (s *Store) popPrepare(ctx context.Context, req *reginatype.PopRequest) (queueInfo, *time.Time, bool, error) {
+	if s.citus != nil {
+		return s.citusPopPrepare(ctx, req)
+	}
 	var from *time.Time
 	if req.Group != reginatype.QueueModeGroup && !req.SubscriptionFrom.IsZero() {
 		from = &req.SubscriptionFrom

@@ -75,7 +75,7 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 	if res.Epoch != b.Epoch {
 		watermark = reginatype.NoWatermark
 	}
-	if provable(b, res.Epoch) {
+	if s.citus == nil && provable(b, res.Epoch) {
 		var proven [1]bool
 		one := [1]*reginatype.PushBatch{b}
 		var r [1]reginatype.PushResult
@@ -86,8 +86,8 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 			return r[0], nil
 		}
 	} else if b.ExpectDuplicates && b.WindowHint > 0 {
-		status, err := scanPush(conn.QueryRow(ctx, s.sql.pushDups, uuidArg(b.Partition), b.WindowHint, watermark,
-			b.Hashes, b.Fingerprints), &res)
+		status, err := scanPush(s.pushRow(conn.QueryRow(ctx, s.sql.pushDups, uuidArg(b.Partition), b.WindowHint, watermark,
+			b.Hashes, b.Fingerprints)), &res)
 		if err != nil {
 			return res, classify(err)
 		}
@@ -101,8 +101,8 @@ func (s *Store) Push(ctx context.Context, b *reginatype.PushBatch) (reginatype.P
 	var status string
 	err = s.retryMissingSidecarChild(ctx, func() error {
 		var err error
-		status, err = scanPush(conn.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, watermark,
-			b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints), &res)
+		status, err = scanPush(s.pushRow(conn.QueryRow(ctx, s.sql.pushSegment, uuidArg(b.Partition), b.WindowHint, watermark,
+			b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints)), &res)
 		return err
 	})
 	if err != nil {
@@ -142,6 +142,12 @@ func provable(b *reginatype.PushBatch, epoch uint64) bool {
 // report the error).
 func (s *Store) proveDuplicates(ctx context.Context, conn *pgxpool.Conn, epoch uint64, bs []*reginatype.PushBatch,
 	res []reginatype.PushResult, proven []bool) error {
+	if s.citus != nil {
+		// push_dups_segments reads several partitions' rows in one
+		// statement, which Citus cannot plan: every batch takes
+		// push_dups or the locked path, each delegated to its worker.
+		return nil
+	}
 	type segKey struct {
 		batch  int
 		offset int64

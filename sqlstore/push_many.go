@@ -90,7 +90,7 @@ func statementError(err error) bool {
 // pushLocked is PushMany's locked path for bs on conn, which it releases.
 func (s *Store) pushLocked(ctx context.Context, conn *pgxpool.Conn, epoch uint64, shape reginatype.PushShape,
 	bs []*reginatype.PushBatch, res []reginatype.PushResult, errs []error) {
-	if shape == reginatype.ShapePipelined {
+	if shape == reginatype.ShapePipelined || s.citus != nil { // Citus: each batch on its worker, no 2PC
 		err := s.pushPipelined(ctx, conn, epoch, bs, res, errs)
 		conn.Release()
 		if err != nil {
@@ -293,7 +293,7 @@ func (s *Store) pushPipelined(ctx context.Context, conn *pgxpool.Conn, epoch uin
 		}
 		var status string
 		for rr.NextRow() {
-			status, errs[i] = scanPush(valuesRow{tm: tm, fields: rr.FieldDescriptions(), values: rr.Values()}, &res[i])
+			status, errs[i] = scanPush(s.pushRow(valuesRow{tm: tm, fields: rr.FieldDescriptions(), values: rr.Values()}), &res[i])
 		}
 		if _, err := rr.Close(); err != nil {
 			errs[i] = classify(err) // this batch's statement failed; its transaction rolled back

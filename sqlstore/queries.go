@@ -28,6 +28,8 @@ type queries struct {
 	purgeConsumed                                                                     string
 	ensureSidecar, sidecarDropLock, sidecarDropUnlock, sidecarHorizon, expiredSidecar string
 
+	// Citus only (citusQueries).
+	citusPopPrepare, citusCatchUp, citusHorizons, citusSetHorizon string
 	popPrepare, popHasWork, readyAfterConfigure, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
 	windowBufferBusy, readSegments, popAutoAck, popLease, popNotBefore, popNothing string
 	ackPartitionInfo, lockConsumerForAck, resolveOffsets, updateConsumerAfterAck, segmentAt,

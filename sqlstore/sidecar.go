@@ -262,6 +262,10 @@ func (s *Store) dropExpiredSidecar(ctx context.Context) (children int, rows int6
 		}
 		switch {
 		case e.detached:
+		case s.citus != nil:
+			// Citus has no DETACH ... CONCURRENTLY: the child is dropped
+			// as it is (DROP takes ACCESS EXCLUSIVE on log_txns for the
+			// moment of the drop on every node; docs/scaling.md).
 		case e.pending:
 			if _, err := conn.Exec(ctx, "ALTER TABLE "+parent+" DETACH PARTITION "+child+" FINALIZE"); err != nil {
 				return children, rows, fmt.Errorf("finish detaching %s: %w", e.name, classify(err))

@@ -79,6 +79,11 @@ type Config struct {
 	// width applies to the children created from then on; existing children
 	// keep their bounds.
 	SidecarChildSeconds int
+	// Citus says whether to run on Citus (distributed PostgreSQL,
+	// docs/scaling.md): "" or CitusAuto when the database has the citus
+	// extension. On Citus, Open distributes the schema (distribute) and the
+	// store routes pushes and pops to the worker holding their partition.
+	Citus CitusMode
 }
 
 // Store is Regina's PostgreSQL state. It is safe for concurrent use.
@@ -99,6 +104,8 @@ type Store struct {
 	// sidecar is the hash sidecar's child width (shared by the copies of a
 	// Store that tests make).
 	sidecar *sidecarWidth
+	// citus is set on a Citus database (citus.go); nil on plain PostgreSQL.
+	citus *citusState
 }
 
 // Open connects, applies migrations and returns a ready Store.
@@ -150,6 +157,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	onCitus, err := detectCitus(ctx, pool, cfg.Citus)
+	if err == nil && onCitus {
+		err = distribute(ctx, pool, cfg.Schema, cfg.Logger)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if cfg.SidecarMinSeconds <= 0 {
 		cfg.SidecarMinSeconds = partition.MinSidecarRetentionSeconds
 	}
@@ -157,6 +172,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
 		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds,
 		sidecar: &sidecarWidth{fixed: cfg.SidecarChildSeconds}}
+	if onCitus {
+		s.citus = newCitusState(cfg.Schema)
+		s.sql.citusQueries(cfg.Schema)
+		cfg.Logger.Info().Str("schema", cfg.Schema).Msg("running on citus")
+	}
 	// From one slice back at start (transactions begun before the current
 	// slice) and, with the width chosen from the depth, the rest of the
 	// last hour in hour-aligned children (rows written by tools for the

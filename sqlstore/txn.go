@@ -151,8 +151,8 @@ func (s *Store) txnPushGroup(ctx context.Context, tx pgx.Tx, g *txnGroup, pushes
 			check   string
 			dupFps  []*int64
 		)
-		err := tx.QueryRow(ctx, s.sql.pushSegment, [16]byte(b.Partition), b.WindowHint, b.Watermark,
-			b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints).
+		err := s.pushRow(tx.QueryRow(ctx, s.sql.pushSegment, [16]byte(b.Partition), b.WindowHint, b.Watermark,
+			b.Hashes, b.IDs, b.Bodies, b.Ends, b.Fingerprints)).
 			Scan(&status, &win, &first, &created, &dupIdx, &dupIDs, &dupAt, &check, &dupFps)
 		if err != nil {
 			return err

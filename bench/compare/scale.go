@@ -323,9 +323,9 @@ func (h *harness) scalePartitions(ctx context.Context, sp *pgSpace, queue string
 		return nil, err
 	}
 	s := quoteIdent(sp.schema)
-	if _, err := h.admin.Exec(ctx, `INSERT INTO `+s+`.partitions (queue_id, name)
-		SELECT $1, 'p' || i FROM generate_series(1, $2::int - 1) i
-		ON CONFLICT ON CONSTRAINT partitions_queue_id_name_key DO NOTHING`, [16]byte(first[0].QueueID), n); err != nil {
+	if _, err := h.admin.Exec(ctx, `INSERT INTO `+s+`.partitions (id, queue_id, name)
+		SELECT `+s+`.partition_id_of($1, 'p' || i), $1, 'p' || i FROM generate_series(1, $2::int - 1) i
+		ON CONFLICT (id) DO NOTHING`, [16]byte(first[0].QueueID), n); err != nil {
 		return nil, fmt.Errorf("create %d partitions of %s: %w", n, queue, err)
 	}
 	rows, err := h.admin.Query(ctx, `SELECT id FROM `+s+`.partitions WHERE queue_id = $1 AND name ~ '^p[0-9]+$'

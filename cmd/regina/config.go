@@ -34,6 +34,9 @@ type Config struct {
 	PoolSize    int
 	// StatementTimeout bounds every statement; 0 leaves the server's.
 	StatementTimeout time.Duration
+	// Citus is DB_CITUS: auto (the database has the citus extension), on
+	// or off; sqlstore.Config.Citus.
+	Citus string
 
 	RetentionInterval  time.Duration
 	RetentionBatchSize int
@@ -194,6 +197,9 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.PoolSize }},
 	{env: "DB_STATEMENT_TIMEOUT", group: groupDatabase, flag: "db-statement-timeout", def: "30000", zeroIsValue: true,
 		help: "statement timeout in ms (0 = server default)", field: func(c *Config) any { return &c.StatementTimeout }},
+	{env: "DB_CITUS", group: groupDatabase, flag: "db-citus", def: "auto",
+		help:  "run on Citus (docs/scaling.md): auto (when the database has the citus extension), on or off",
+		oneOf: []string{"auto", "on", "off"}, field: func(c *Config) any { return &c.Citus }},
 	{env: "RETENTION_INTERVAL", group: groupDatabase, flag: "retention-interval", def: "300000", help: "retention pass interval in ms", min: 1,
 		field: func(c *Config) any { return &c.RetentionInterval }},
 	{env: "RETENTION_BATCH_SIZE", group: groupDatabase, flag: "retention-batch-size", def: "1000", help: "rows deleted per retention step",

@@ -37,6 +37,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		Schema:                       "queen",
 		PoolSize:                     16,
 		StatementTimeout:             30 * time.Second,
+		Citus:                        "auto",
 		RetentionInterval:            300_000 * time.Millisecond,
 		MetricsSampleInterval:        time.Second,
 		MetricsAggregateSeconds:      60,

@@ -322,8 +322,8 @@ func openStore(ctx context.Context, cfg Config, key *crypt.Key, log zerolog.Logg
 		store, err := sqlstore.Open(actx, sqlstore.Config{
 			URL: cfg.DatabaseURL, Schema: cfg.Schema, MaxConns: int32(cfg.PoolSize),
 			StatementTimeout: cfg.StatementTimeout, SidecarMinSeconds: cfg.RetentionSidecarMinSeconds,
-			SidecarChildSeconds: cfg.RetentionSidecarChildSeconds,
-			Logger:              log.With().Str("component", "sqlstore").Logger(), Key: key,
+			SidecarChildSeconds: cfg.RetentionSidecarChildSeconds, Citus: sqlstore.CitusMode(cfg.Citus),
+			Logger: log.With().Str("component", "sqlstore").Logger(), Key: key,
 			// What retention deletes, for the analytics' retention view.
 			OnPurge: srv.CountRetention,
 			OnRetention: func(st sqlstore.RetentionStats, err error) {
@@ -343,7 +343,8 @@ func openStore(ctx context.Context, cfg Config, key *crypt.Key, log zerolog.Logg
 		}
 		if _, bad := errors.AsType[*pgconn.ParseConfigError](err); bad ||
 			errors.Is(err, sqlstore.ErrMigrationChanged) || errors.Is(err, sqlstore.ErrSchemaNewer) ||
-			errors.Is(err, sqlstore.ErrWrongKey) || errors.Is(err, sqlstore.ErrKeyMissing) {
+			errors.Is(err, sqlstore.ErrWrongKey) || errors.Is(err, sqlstore.ErrKeyMissing) ||
+			errors.Is(err, sqlstore.ErrNoCitus) {
 			return nil, err
 		}
 		srv.SetStartError(err)

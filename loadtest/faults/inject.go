@@ -22,6 +22,7 @@ var faultKinds = []fault{
 	{"pg-restart", (*runner).faultPGRestart},
 	{"conn-drop", (*runner).faultConnDrop},
 	{"slow-db", (*runner).faultSlowDB},
+	{"worker-restart", (*runner).faultWorkerRestart},
 }
 
 func faultByName(name string) *fault {
@@ -47,7 +48,12 @@ func (r *runner) inject(ctx context.Context) error {
 	if !sleepUntil(ctx, r.loadStart.Add(r.t.warmup)) {
 		return ctx.Err()
 	}
-	kinds := faultKinds
+	var kinds []fault
+	for _, f := range faultKinds {
+		if f.name != "worker-restart" { // only with -scenario citus (its default)
+			kinds = append(kinds, f)
+		}
+	}
 	if len(r.o.kinds) > 0 {
 		kinds = nil
 		for _, k := range r.o.kinds {

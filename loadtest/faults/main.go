@@ -107,6 +107,7 @@ type options struct {
 	standbyLag time.Duration
 	brokers    int    // failover scenarios: 1 or 2 brokers
 	png        string // soak: where to write the plot
+	citusTool  string // citus: start-local-citus.sh
 }
 
 // Scenarios.
@@ -145,9 +146,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.brokerBin, "broker-bin", "", "run this broker binary instead of building ./cmd/regina of -repo")
 	fs.IntVar(&o.parts, "partitions", 6, "partitions of the queue (p0, p1, ...)")
 	fs.Float64Var(&o.stormProb, "storms", 0.15, "share of producer turns that resend an already answered batch 1-3 times at once")
-	fs.StringVar(&o.scenario, "scenario", scenarioMixed, "mixed (one PostgreSQL, -faults round-robin), streams (mixed, kill9 and two-brokers by default, with a stream query running and checked), failover (primary + synchronous standby: kill -9 the primary, promote the standby, repeat), failover-async (the same with an asynchronous standby) or soak (consumers, retention and broker restarts for -duration, sampled, plotted to -png and judged flat)")
+	fs.StringVar(&o.scenario, "scenario", scenarioMixed, "mixed (one PostgreSQL, -faults round-robin), streams (mixed, kill9 and two-brokers by default, with a stream query running and checked), failover (primary + synchronous standby: kill -9 the primary, promote the standby, repeat), failover-async (the same with an asynchronous standby) soak (consumers, retention and broker restarts for -duration, sampled, plotted to -png and judged flat) or citus (the brokers on a local Citus cluster's coordinator, a worker restarted fast and immediate: -faults worker-restart)")
 	fs.IntVar(&o.brokers, "brokers", 2, "failover scenarios: brokers serving the whole run, traffic split (1 or 2)")
 	fs.DurationVar(&o.standbyLag, "standby-lag", time.Second, "failover scenarios: freeze the primary's WAL sender this long before every other kill (0 = never)")
+	fs.StringVar(&o.citusTool, "citus-tool", "", "citus: the local cluster script (default: shared/tools/citus/start-local-citus.sh beside the repository)")
 	fs.StringVar(&o.png, "png", "soak.png", "soak: write the plot of RSS, goroutines, connections, database size, latency and throughput here")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -192,13 +194,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if len(o.kinds) == 0 {
 			o.kinds = []string{"kill9", "two-brokers"}
 		}
+	case scenarioCitus:
+		if len(o.kinds) == 0 {
+			o.kinds = []string{"worker-restart"}
+		}
 	case scenarioFailover, scenarioFailoverAsync, scenarioSoak:
 		if len(o.kinds) > 0 {
 			return o, fmt.Errorf("-faults does not apply to -scenario %s (its fault is the failover)", o.scenario)
 		}
 	default:
-		return o, fmt.Errorf("-scenario %q: use %s, %s, %s, %s or %s", o.scenario, scenarioMixed, scenarioStreams,
-			scenarioFailover, scenarioFailoverAsync, scenarioSoak)
+		return o, fmt.Errorf("-scenario %q: use %s, %s, %s, %s, %s or %s", o.scenario, scenarioMixed, scenarioStreams,
+			scenarioFailover, scenarioFailoverAsync, scenarioSoak, scenarioCitus)
 	}
 	if o.brokers < 1 || o.brokers > 2 {
 		return o, fmt.Errorf("-brokers %d: use 1 or 2", o.brokers)
@@ -266,7 +272,8 @@ type runner struct {
 	repo        string
 	tmp         string
 	pgRoot      string
-	pg          *cluster // the (current primary) PostgreSQL
+	pg          *cluster   // the (current primary) PostgreSQL; the coordinator with -scenario citus
+	workers     []*cluster // -scenario citus: the workers
 	rep         *replication
 	soak        *soakRun // the soak scenario's parts (nil otherwise)
 	lp          *loadPlan
@@ -321,7 +328,7 @@ func (r *runner) faultTotal() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.counts["kill9"] + r.counts["freeze"] + r.counts["two-brokers"] + r.counts["pg-restart"] + r.counts["conn-drop"] + r.counts["slow-db"] +
-		r.counts["failover"] + r.counts["sigterm-restart"]
+		r.counts["failover"] + r.counts["sigterm-restart"] + r.counts["worker-restart"]
 }
 
 // run executes the harness and prints the verdict as its last line; it
@@ -455,7 +462,14 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 	}()
 
 	dbURL := ""
-	if r.o.scenario == scenarioMixed || r.o.scenario == scenarioStreams || r.o.scenario == scenarioSoak {
+	switch r.o.scenario {
+	case scenarioCitus:
+		if dbURL, err = r.startCitus(ctx, bin); err != nil {
+			<-buildc
+			return nil, err
+		}
+		r.logf("Citus cluster: coordinator %s, %d workers", dbURL, len(r.workers))
+	case scenarioMixed, scenarioStreams, scenarioSoak:
 		if r.pg, err = newCluster(bin, base); err != nil {
 			<-buildc
 			return nil, err
@@ -471,7 +485,7 @@ func (r *runner) execute(ctx context.Context, seed uint64) (*Report, error) {
 		}
 		r.logf("PostgreSQL %s cluster in %s on 127.0.0.1:%d", filepath.Base(filepath.Dir(bin)), base, r.pg.port)
 		dbURL = r.pg.url("")
-	} else {
+	default:
 		if err := r.setupReplication(ctx, bin, base); err != nil {
 			<-buildc
 			return nil, err
@@ -751,6 +765,9 @@ func (r *runner) summary(rep *Report) {
 	} else if r.soak != nil {
 		r.out.line("faults injected: broker restarts=%d (SIGTERM %d, SIGKILL %d); consumer groups created and deleted=%d",
 			c["restart"], c["sigterm-restart"], c["kill9"], c["groups"])
+	} else if r.workers != nil {
+		r.out.line("faults injected: Citus worker restarts=%d (fast=%d immediate=%d) kill9=%d two-brokers=%d",
+			c["worker-restart"], c["worker-restart-fast"], c["worker-restart-immediate"], c["kill9"], c["two-brokers"])
 	} else {
 		r.out.line("faults injected: kill9=%d freeze=%d two-brokers=%d pg-restart=%d (fast=%d immediate=%d) conn-drop=%d sweeps (%d backends) slow-db=%d lock holds; graceful-stops=%d",
 			c["kill9"], c["freeze"], c["two-brokers"], c["pg-restart"], c["pg-restart-fast"], c["pg-restart-immediate"],

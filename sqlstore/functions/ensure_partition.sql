@@ -32,12 +32,17 @@ BEGIN
         SELECT q.id, q.dedup_window_seconds, q.dedup_payload_check INTO queue_id, window_seconds, payload_check
           FROM queen.queues q WHERE q.name = p_queue;
     END IF;
+    -- By its derived id first (a key lookup; on Citus one shard), then by
+    -- name (a partition created before migration 0023 has a random id).
     SELECT p.id INTO partition_id FROM queen.partitions p
-     WHERE p.queue_id = ensure_partition.queue_id AND p.name = p_partition;
+     WHERE p.id = queen.partition_id_of(ensure_partition.queue_id, p_partition);
     IF NOT FOUND THEN
-        INSERT INTO queen.partitions (queue_id, name) VALUES (ensure_partition.queue_id, p_partition)
-            ON CONFLICT ON CONSTRAINT partitions_queue_id_name_key DO NOTHING;
         SELECT p.id INTO partition_id FROM queen.partitions p
          WHERE p.queue_id = ensure_partition.queue_id AND p.name = p_partition;
+    END IF;
+    IF NOT FOUND THEN
+        partition_id := queen.partition_id_of(ensure_partition.queue_id, p_partition);
+        INSERT INTO queen.partitions (id, queue_id, name) VALUES (partition_id, ensure_partition.queue_id, p_partition)
+            ON CONFLICT (id) DO NOTHING;
     END IF;
 END $$;
