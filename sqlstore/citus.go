@@ -68,7 +68,7 @@ var (
 	// ReferenceTables are copied to every node.
 	ReferenceTables = []string{"queues", "consumer_groups", "maintenance", "streams_queries"}
 	// CoordinatorTables stay on the coordinator (Citus local tables).
-	CoordinatorTables = []string{"schema_migrations", "group_scan", "group_scan_nodes", "stats_minutes", "system_minutes"}
+	CoordinatorTables = []string{"schema_migrations", "group_scan", "group_scan_nodes", "stats_minutes", "system_minutes", "encryption_key_check"}
 )
 
 // citusFiles are the SQL functions only a Citus schema has (applied after the
