@@ -37,6 +37,9 @@ url=$("$tool" --dir "$dir" --port "$port" | sed -n 's/^DATABASE_URL=//p')
 # sidecar's time slices), 32 shards each would make each test slow.
 sep='?'; [[ $url == *\?* ]] && sep='&'
 export TEST_DATABASE_URL="$url${sep}sslmode=disable&citus.shard_count=4"
+# A fresh schema per test: the schema pool's reset reads catalog shapes
+# Citus does not plan (and recycled distributed schemas would keep shards).
+export SQLSTORETEST_POOL=off
 
 # Every test drops its schema when it ends (sqlstoretest), and Citus's
 # metadata locks made concurrent drops and distributions deadlock: on this
