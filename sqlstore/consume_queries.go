@@ -6,7 +6,7 @@ func (q *queries) consumerQueries() {
 	// Queue, group start point and the group's catch-up, in one statement
 	// of its own (see functions/pop_prepare.sql).
 	q.popPrepare = `SELECT queue_id, coalesce(lease_time, 0), coalesce(delayed, 0), coalesce(window_buffer, 0),
-		       coalesce(retry_limit, 0), sub_from, caught
+		       coalesce(retry_limit, 0), sub_from, caught, scanned
 		  FROM queen.pop_prepare($1, $2, $3, $4, $5)`
 	q.popPartitionByName = `SELECT id, name FROM queen.partitions WHERE queue_id = $1 AND name = $2`
 	// Cursor rows of the group with unread work whose wait is over (no live

@@ -176,9 +176,10 @@ func (s *Store) popPrepare(ctx context.Context, req *reginatype.PopRequest) (que
 			id      *[16]byte
 			subFrom *time.Time
 			caught  int
+			scanned int
 		)
 		err := s.pool.QueryRow(ctx, s.sql.popPrepare, req.Queue, req.Group, req.SubscriptionNew, from, req.Partition == "").
-			Scan(&id, &q.leaseTime, &q.delayed, &q.windowBuffer, &q.lim, &subFrom, &caught)
+			Scan(&id, &q.leaseTime, &q.delayed, &q.windowBuffer, &q.lim, &subFrom, &caught, &scanned)
 		if err != nil {
 			if attempt < 4 && isRetryableTxError(err) {
 				continue
