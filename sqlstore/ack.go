@@ -54,62 +54,70 @@ func (s *Store) Ack(ctx context.Context, group string, items []reginatype.AckIte
 func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p partition.UUID,
 	items []reginatype.AckItem, idx []int, results []reginatype.AckResult) error {
 	pid := [16]byte(p)
-	var queueName, partName string
-	var retryLimit int
-	err := tx.QueryRow(ctx, s.sql.ackPartitionInfo, pid).Scan(&queueName, &partName, &retryLimit)
-	if errors.Is(err, pgx.ErrNoRows) {
-		for _, i := range idx {
-			results[i].Error = "Partition not found"
-		}
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, i := range idx {
-		results[i].QueueName, results[i].PartitionName = queueName, partName
-	}
-	var (
-		cursor             int64
-		leaseID            *[16]byte
-		leaseLive          bool
-		leaseFrom, leaseTo *int64
-		retryCount         int
-	)
-	err = tx.QueryRow(ctx, s.sql.lockConsumerForAck, pid, group).
-		Scan(&cursor, &leaseID, &leaseLive, &leaseFrom, &leaseTo, &retryCount)
-	if errors.Is(err, pgx.ErrNoRows) {
-		for _, i := range idx {
-			results[i].Error = "No consumer state for this group on this partition (nothing was delivered)"
-		}
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-
-	// Resolve transaction ids to offsets through the hash sidecar.
+	// The partition's names, the cursor row (locked) and the offsets of
+	// the acked ids: three statements in one round trip.
 	hashes := make([][]byte, len(idx))
 	for k, i := range idx {
 		h := partition.HashTxID(items[i].TransactionID)
 		hashes[k] = h[:]
 	}
-	rows, err := tx.Query(ctx, s.sql.resolveOffsets, pid, hashes)
-	if err != nil {
-		return err
-	}
+	batch := &pgx.Batch{}
+	batch.Queue(s.sql.ackPartitionInfo, pid)
+	batch.Queue(s.sql.lockConsumerForAck, pid, group)
+	batch.Queue(s.sql.resolveOffsets, pid, hashes)
+	br := tx.SendBatch(ctx, batch)
+	var (
+		queueName, partName string
+		retryLimit          int
+		cursor              int64
+		leaseID             *[16]byte
+		leaseLive           bool
+		leaseFrom, leaseTo  *int64
+		retryCount          int
+	)
+	infoErr := br.QueryRow().Scan(&queueName, &partName, &retryLimit)
+	lockErr := br.QueryRow().Scan(&cursor, &leaseID, &leaseLive, &leaseFrom, &leaseTo, &retryCount)
 	candidates := make(map[int][]int64)
-	for rows.Next() {
-		var k int32
-		var off int64
-		if err := rows.Scan(&k, &off); err != nil {
-			rows.Close()
-			return err
+	rows, err := br.Query()
+	if err == nil {
+		for rows.Next() {
+			var k int32
+			var off int64
+			if err = rows.Scan(&k, &off); err != nil {
+				break
+			}
+			candidates[int(k)-1] = append(candidates[int(k)-1], off)
 		}
-		candidates[int(k)-1] = append(candidates[int(k)-1], off)
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case errors.Is(infoErr, pgx.ErrNoRows):
+		for _, i := range idx {
+			results[i].Error = "Partition not found"
+		}
+		return err
+	case infoErr != nil:
+		return infoErr
+	}
+	for _, i := range idx {
+		results[i].QueueName, results[i].PartitionName = queueName, partName
+	}
+	switch {
+	case errors.Is(lockErr, pgx.ErrNoRows):
+		for _, i := range idx {
+			results[i].Error = "No consumer state for this group on this partition (nothing was delivered)"
+		}
+		return err
+	case lockErr != nil:
+		return lockErr
+	}
+	if err != nil {
 		return err
 	}
 	var targets []ackTarget

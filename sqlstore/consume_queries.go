@@ -14,7 +14,12 @@ func (q *queries) consumerQueries() {
 	// first: an index scan of consumers_ready that stops after $3 rows it
 	// could lock (rows other pops hold are skipped, not counted). Its cost
 	// does not grow with the queue's partition count.
-	q.popCandidates = `SELECT c.partition_id, p.name FROM queen.consumers c
+	// Each comes with what popPartition would read again under the lock
+	// (the cursor and the lease), so a candidate costs no second round
+	// trip.
+	q.popCandidates = `SELECT c.partition_id, p.name, c.cursor_offset,
+		       (c.lease_id IS NOT NULL AND c.lease_expires_at > now()), c.lease_expires_at
+		  FROM queen.consumers c
 		  JOIN queen.partitions p ON p.id = c.partition_id
 		 WHERE c.queue_id = $1 AND c.consumer_group = $2 AND c.known_end > c.cursor_offset
 		   AND c.avail_at <= now()

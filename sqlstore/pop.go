@@ -18,9 +18,17 @@ type queueInfo struct {
 	leaseTime, delayed, windowBuffer, lim int
 }
 
+// consumerRow is a locked cursor row as a pop reads it.
 type consumerRow struct {
 	cursor    int64
 	leaseLive bool
+	leaseEnd  *time.Time
+}
+
+// popCandidate is a cursor row the candidate query locked, with its fields.
+type popCandidate struct {
+	reginatype.ClaimedPartition
+	row consumerRow
 }
 
 // Pop claims partitions and leases (or, with AutoAck, consumes) up to Batch
@@ -72,7 +80,7 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 			if _, err := tx.Exec(ctx, s.sql.ensureConsumer, [16]byte(c.ID), req.Group, subFrom); err != nil {
 				return err
 			}
-			got, why, err := s.popPartition(ctx, tx, &q, &req, c, leaseID, req.Batch, true)
+			got, why, err := s.popPartition(ctx, tx, &q, &req, c, nil, leaseID, req.Batch, true)
 			if err != nil {
 				return fmt.Errorf("partition %s: %w", c.Name, err)
 			}
@@ -95,10 +103,10 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 			if err != nil {
 				return err
 			}
-			var candidates []reginatype.ClaimedPartition
+			var candidates []popCandidate
 			for rows.Next() {
-				var c reginatype.ClaimedPartition
-				if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name); err != nil {
+				var c popCandidate
+				if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd); err != nil {
 					rows.Close()
 					return err
 				}
@@ -115,12 +123,12 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 				if len(res.Messages) >= req.Batch {
 					break
 				}
-				got, _, err := s.popPartition(ctx, tx, &q, &req, c, leaseID, req.Batch-len(res.Messages), false)
+				got, _, err := s.popPartition(ctx, tx, &q, &req, c.ClaimedPartition, &c.row, leaseID, req.Batch-len(res.Messages), false)
 				if err != nil {
 					return fmt.Errorf("partition %s: %w", c.Name, err)
 				}
 				if len(got) > 0 {
-					res.Claimed = append(res.Claimed, c)
+					res.Claimed = append(res.Claimed, c.ClaimedPartition)
 					res.Messages = append(res.Messages, got...)
 				}
 			}
@@ -227,13 +235,13 @@ func (s *Store) readSegmentsFrom(ctx context.Context, tx pgx.Tx, pid [16]byte, f
 }
 
 // popPartition delivers up to limit messages of one partition to the group.
-// The caller made sure the cursor row exists (an any-partition candidate
-// comes locked). When nothing is delivered it says why ("lease_held",
+// The caller made sure the cursor row exists; an any-partition candidate
+// comes locked, with its fields in locked (nil: lock and read it here). When nothing is delivered it says why ("lease_held",
 // "window_buffer" or "") and, for an any-partition pop (named false), moves
 // the row out of the ready line until it may be served: to the lease's
 // expiry, the end of windowBuffer or delayedProcessing, or out of it until
 // the next push when nothing is left to read.
-func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *reginatype.PopRequest, c reginatype.ClaimedPartition,
+func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *reginatype.PopRequest, c reginatype.ClaimedPartition, locked *consumerRow,
 	leaseID partition.UUID, limit int, named bool) ([]reginatype.PoppedMessage, string, error) {
 	pid := [16]byte(c.ID)
 	notBefore := func(t time.Time, why string) ([]reginatype.PoppedMessage, string, error) {
@@ -244,16 +252,19 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 		return nil, why, err
 	}
 	var cur consumerRow
-	var leaseEnd *time.Time
-	err := tx.QueryRow(ctx, s.sql.lockConsumer, pid, req.Group).Scan(&cur.cursor, &cur.leaseLive, &leaseEnd)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, "lease_held", nil // another pop holds the row right now
-	}
-	if err != nil {
-		return nil, "", err
+	if locked != nil {
+		cur = *locked
+	} else {
+		err := tx.QueryRow(ctx, s.sql.lockConsumer, pid, req.Group).Scan(&cur.cursor, &cur.leaseLive, &cur.leaseEnd)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, "lease_held", nil // another pop holds the row right now
+		}
+		if err != nil {
+			return nil, "", err
+		}
 	}
 	if cur.leaseLive {
-		return notBefore(*leaseEnd, "lease_held")
+		return notBefore(*cur.leaseEnd, "lease_held")
 	}
 	if q.windowBuffer > 0 {
 		var until *time.Time
@@ -328,6 +339,7 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 		}
 	}
 	from, to := out[0].Offset, out[len(out)-1].Offset+1
+	var err error
 	if req.AutoAck {
 		_, err = tx.Exec(ctx, s.sql.popAutoAck, pid, req.Group, to)
 	} else {
