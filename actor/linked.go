@@ -37,10 +37,19 @@ type Linked struct {
 	reg   *Registry
 	store LinkedStore
 	polls pollers
+	// pop serves one look of a pop: store.Pop, or a ConsumeBatcher's
+	// (BatchPops).
+	pop func(context.Context, reginatype.PopRequest) (reginatype.PopResult, error)
 }
 
 // Link returns the store's linked calls for this registry.
-func (r *Registry) Link(store LinkedStore) *Linked { return &Linked{reg: r, store: store} }
+func (r *Registry) Link(store LinkedStore) *Linked {
+	return &Linked{reg: r, store: store, pop: store.Pop}
+}
+
+// BatchPops makes every look of a pop go through b (group commit). Call it
+// before the first Pop.
+func (l *Linked) BatchPops(b *ConsumeBatcher) { l.pop = b.Pop }
 
 // Pop delivers messages. With wait > 0 an empty pop waits up to wait for
 // work and tries again, returning empty when the time is up, ctx ends or the
@@ -54,7 +63,7 @@ func (l *Linked) Pop(ctx context.Context, req reginatype.PopRequest, wait time.D
 	for {
 		// Subscribe before looking, so a push that lands in between wakes us.
 		woken := l.reg.signals.wait(req.Queue)
-		res, err := l.store.Pop(ctx, req)
+		res, err := l.pop(ctx, req)
 		if err != nil || len(res.Messages) > 0 || wait <= 0 {
 			return res, err
 		}

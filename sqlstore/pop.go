@@ -43,26 +43,46 @@ type popCandidate struct {
 // longest from the ready index: its cost follows the work, not the number of
 // partitions.
 func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.PopResult, error) {
-	var res reginatype.PopResult
-	if req.Batch < 1 {
-		req.Batch = 1
-	}
-	if req.Partitions < 1 {
-		req.Partitions = 1
-	}
-	if req.Group == "" {
-		req.Group = reginatype.QueueModeGroup
-	}
+	normalizePop(&req)
 	q, subFrom, found, err := s.popPrepare(ctx, &req)
 	if err != nil {
 		return reginatype.PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
 	}
 	if !found {
-		res.Empty = "queue_not_found"
-		return res, nil
+		return reginatype.PopResult{Empty: "queue_not_found"}, nil
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		res = reginatype.PopResult{}
+	return s.popAlone(ctx, &q, subFrom, &req)
+}
+
+// normalizePop applies a pop's defaults.
+func normalizePop(req *reginatype.PopRequest) {
+	req.Batch = max(req.Batch, 1)
+	req.Partitions = max(req.Partitions, 1)
+	if req.Group == "" {
+		req.Group = reginatype.QueueModeGroup
+	}
+}
+
+// popAlone runs a prepared pop in a transaction of its own.
+func (s *Store) popAlone(ctx context.Context, q *queueInfo, subFrom *time.Time, req *reginatype.PopRequest) (reginatype.PopResult, error) {
+	var res reginatype.PopResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = s.popIn(ctx, tx, q, subFrom, req)
+		return err
+	})
+	if err != nil {
+		return reginatype.PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
+	}
+	return res, nil
+}
+
+// popIn is a prepared pop's work inside tx (its candidates, reads and
+// lease updates); the caller commits.
+func (s *Store) popIn(ctx context.Context, tx pgx.Tx, q *queueInfo, subFrom *time.Time,
+	req *reginatype.PopRequest) (reginatype.PopResult, error) {
+	var res reginatype.PopResult
+	err := func() error {
 		leaseID := partition.NewV7()
 		if req.AutoAck {
 			leaseID = partition.ZeroUUID
@@ -80,7 +100,7 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 			if _, err := tx.Exec(ctx, s.sql.ensureConsumer, [16]byte(c.ID), req.Group, subFrom); err != nil {
 				return err
 			}
-			got, why, err := s.popPartition(ctx, tx, &q, &req, c, nil, leaseID, req.Batch, true)
+			got, why, err := s.popPartition(ctx, tx, q, req, c, nil, leaseID, req.Batch, true)
 			if err != nil {
 				return fmt.Errorf("partition %s: %w", c.Name, err)
 			}
@@ -123,7 +143,7 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 				if len(res.Messages) >= req.Batch {
 					break
 				}
-				got, _, err := s.popPartition(ctx, tx, &q, &req, c.ClaimedPartition, &c.row, leaseID, req.Batch-len(res.Messages), false)
+				got, _, err := s.popPartition(ctx, tx, q, req, c.ClaimedPartition, &c.row, leaseID, req.Batch-len(res.Messages), false)
 				if err != nil {
 					return fmt.Errorf("partition %s: %w", c.Name, err)
 				}
@@ -139,11 +159,8 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 			res.Empty = "no_available_partition"
 		}
 		return nil
-	})
-	if err != nil {
-		return reginatype.PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
-	}
-	return res, nil
+	}()
+	return res, err
 }
 
 // HasWork reports whether a pop like req could be served now, without

@@ -57,6 +57,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 		PushShape:                    "packed",
 		PackSenders:                  4,
 		PackMaxPartitions:            32,
+		ConsumeSenders:               4,
+		ConsumeMaxBatch:              64,
 		MaxBodyBytes:                 64 << 20,
 		ReadTimeout:                  60 * time.Second,
 		IdleTimeout:                  120 * time.Second,
