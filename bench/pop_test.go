@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/regina-mq/regina/internal/procstat"
 	"github.com/regina-mq/regina/partition"
@@ -122,10 +125,35 @@ func BenchmarkPopScale(b *testing.B) {
 // each (20,000) with one consumer that pops (lease, batch 10, one partition)
 // and acks, and logs the drain rate in each tenth of the messages: the rate
 // should stay flat to the last message.
+//
+// POP_DRAIN_FOREIGN_TX=same (or other) holds a transaction with an id open
+// in another session of the same database (or of database postgres) from
+// before the backlog to the end: the stranger that used to widen every
+// catch-up to the partitions pushed since it began.
 func BenchmarkPopDrain(b *testing.B) {
 	ctx := context.Background()
 	const parts, per = 5000, 4
 	st := sqlstoretest.Open(b)
+	if where := os.Getenv("POP_DRAIN_FOREIGN_TX"); where != "" {
+		dsn := sqlstoretest.URL(b)
+		if where == "other" {
+			u, err := url.Parse(dsn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			u.Path = "/postgres"
+			dsn = u.String()
+		}
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "BEGIN; SELECT pg_current_xact_id()"); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("a transaction with an id stays open in database %s", where)
+	}
 	for i := range parts {
 		pushBacklog(b, st, "drain", fmt.Sprintf("d%05d", i), per)
 	}
@@ -161,6 +189,13 @@ func BenchmarkPopDrain(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(total)/time.Since(start).Seconds(), "msgs/s")
 	b.Logf("drain of %d messages in %d partitions, msgs/s by tenth: %s", total, parts, strings.Join(rates, " "))
+	// The cursor rows' versions the drain left (a transaction held open in
+	// this database keeps every one of them, and their ready-index entries).
+	var upd, hot, dead int64
+	if err := sqlstoretest.Pool(b).QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd, n_dead_tup FROM pg_stat_user_tables
+		 WHERE schemaname = $1 AND relname = 'consumers'`, st.Schema()).Scan(&upd, &hot, &dead); err == nil {
+		b.Logf("consumers: %d updates (%d HOT), %d dead row versions", upd, hot, dead)
+	}
 }
 
 // BenchmarkPopAckOneCPU is the CPU of a one-message pop and its ack, the

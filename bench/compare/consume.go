@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -160,6 +161,37 @@ func (d *drainCount) stamp() {
 	}
 }
 
+// consumeBatching reads the broker's consume batcher counters
+// (regina_consume_*_total): requests and the transactions that served them,
+// per kind; "" when the server has none (Queen).
+func consumeBatching(baseURL string) string {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get(baseURL + "/metrics/prometheus")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return ""
+	}
+	v := map[string]string{}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		for _, k := range []string{"batches", "requests"} {
+			for _, kind := range []string{"pop", "ack"} {
+				prefix := "regina_consume_" + k + `_total{kind="` + kind + `"} `
+				if rest, ok := strings.CutPrefix(line, prefix); ok {
+					v[kind+k] = rest
+				}
+			}
+		}
+	}
+	if len(v) < 4 {
+		return ""
+	}
+	return fmt.Sprintf("pops %s in %s transactions, acks %s in %s", v["poprequests"], v["popbatches"], v["ackrequests"], v["ackbatches"])
+}
+
 // consumeMsg is the part of a popped message a consumer needs.
 type consumeMsg struct {
 	TransactionID string          `json:"transactionId"`
@@ -310,6 +342,9 @@ func (h *harness) httpDrains(url, sys string, r int, g procGroups, queueMode, gr
 		total := ((n + len(parts) - 1) / len(parts)) * len(parts)
 		h.logf("  backlog of %d messages in %s written in %s", total, queue, time.Since(t).Round(time.Millisecond))
 		h.drainPhase(queueMode+strconv.Itoa(bsz), r, c.consumeConsumers, total, g, httpDrainWork(url, queue, "", nil, bsz, total))
+		if s := consumeBatching(url); s != "" {
+			h.logf("    broker's consume batcher so far: %s", s)
+		}
 		if h.stop.Err() != nil {
 			return nil
 		}
