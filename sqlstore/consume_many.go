@@ -69,7 +69,7 @@ func (s *Store) PopMany(ctx context.Context, reqs []reginatype.PopRequest, res [
 		return
 	}
 	if len(live) > 1 {
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := s.inPipeTx(ctx, func(tx *pipeTx) error {
 			for _, i := range live {
 				r, err := s.popIn(ctx, tx, &preps[i].q, preps[i].subFrom, &reqs[i])
 				if err != nil {

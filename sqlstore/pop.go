@@ -66,7 +66,7 @@ func normalizePop(req *reginatype.PopRequest) {
 // popAlone runs a prepared pop in a transaction of its own.
 func (s *Store) popAlone(ctx context.Context, q *queueInfo, subFrom *time.Time, req *reginatype.PopRequest) (reginatype.PopResult, error) {
 	var res reginatype.PopResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inPipeTx(ctx, func(tx *pipeTx) error {
 		var err error
 		res, err = s.popIn(ctx, tx, q, subFrom, req)
 		return err
@@ -79,7 +79,7 @@ func (s *Store) popAlone(ctx context.Context, q *queueInfo, subFrom *time.Time, 
 
 // popIn is a prepared pop's work inside tx (its candidates, reads and
 // lease updates); the caller commits.
-func (s *Store) popIn(ctx context.Context, tx pgx.Tx, q *queueInfo, subFrom *time.Time,
+func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *time.Time,
 	req *reginatype.PopRequest) (reginatype.PopResult, error) {
 	var res reginatype.PopResult
 	err := func() error {
@@ -239,7 +239,7 @@ type popSegment struct {
 // readSegmentsFrom reads the segment covering offset from and the ones
 // after it, up to limit+1 segments (enough for limit messages when none is
 // a tombstone).
-func (s *Store) readSegmentsFrom(ctx context.Context, tx pgx.Tx, pid [16]byte, from int64, limit int) ([]popSegment, error) {
+func (s *Store) readSegmentsFrom(ctx context.Context, tx querier, pid [16]byte, from int64, limit int) ([]popSegment, error) {
 	rows, err := tx.Query(ctx, s.sql.readSegments, pid, from, limit)
 	if err != nil {
 		return nil, err
@@ -258,7 +258,7 @@ func (s *Store) readSegmentsFrom(ctx context.Context, tx pgx.Tx, pid [16]byte, f
 // the row out of the ready line until it may be served: to the lease's
 // expiry, the end of windowBuffer or delayedProcessing, or out of it until
 // the next push when nothing is left to read.
-func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *reginatype.PopRequest, c reginatype.ClaimedPartition, locked *consumerRow,
+func (s *Store) popPartition(ctx context.Context, tx querier, q *queueInfo, req *reginatype.PopRequest, c reginatype.ClaimedPartition, locked *consumerRow,
 	leaseID partition.UUID, limit int, named bool) ([]reginatype.PoppedMessage, string, error) {
 	pid := [16]byte(c.ID)
 	notBefore := func(t time.Time, why string) ([]reginatype.PoppedMessage, string, error) {
