@@ -37,10 +37,19 @@ type Linked struct {
 	reg   *Registry
 	store LinkedStore
 	polls pollers
+	// pop serves one look of a pop: store.Pop, or a ConsumeBatcher's
+	// (BatchPops).
+	pop func(context.Context, reginatype.PopRequest) (reginatype.PopResult, error)
 }
 
 // Link returns the store's linked calls for this registry.
-func (r *Registry) Link(store LinkedStore) *Linked { return &Linked{reg: r, store: store} }
+func (r *Registry) Link(store LinkedStore) *Linked {
+	return &Linked{reg: r, store: store, pop: store.Pop}
+}
+
+// BatchPops makes every look of a pop go through b (group commit). Call it
+// before the first Pop.
+func (l *Linked) BatchPops(b *ConsumeBatcher) { l.pop = b.Pop }
 
 // Pop delivers messages. With wait > 0 an empty pop waits up to wait for
 // work and tries again, returning empty when the time is up, ctx ends or the
@@ -61,7 +70,7 @@ func (l *Linked) Pop(ctx context.Context, req reginatype.PopRequest, wait time.D
 		// transaction committed must return its lease to the caller, who
 		// settles it (releases it when its client is gone). Cancelled
 		// mid-commit, the lease would be taken with nobody to release it.
-		res, err := l.store.Pop(context.WithoutCancel(ctx), req)
+		res, err := l.pop(context.WithoutCancel(ctx), req)
 		if err != nil || len(res.Messages) > 0 || wait <= 0 {
 			return res, err
 		}

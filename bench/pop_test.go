@@ -3,13 +3,18 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/regina-mq/regina/internal/procstat"
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
 	"github.com/regina-mq/regina/sqlstore"
@@ -120,10 +125,35 @@ func BenchmarkPopScale(b *testing.B) {
 // each (20,000) with one consumer that pops (lease, batch 10, one partition)
 // and acks, and logs the drain rate in each tenth of the messages: the rate
 // should stay flat to the last message.
+//
+// POP_DRAIN_FOREIGN_TX=same (or other) holds a transaction with an id open
+// in another session of the same database (or of database postgres) from
+// before the backlog to the end: the stranger that used to widen every
+// catch-up to the partitions pushed since it began.
 func BenchmarkPopDrain(b *testing.B) {
 	ctx := context.Background()
 	const parts, per = 5000, 4
 	st := sqlstoretest.Open(b)
+	if where := os.Getenv("POP_DRAIN_FOREIGN_TX"); where != "" {
+		dsn := sqlstoretest.URL(b)
+		if where == "other" {
+			u, err := url.Parse(dsn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			u.Path = "/postgres"
+			dsn = u.String()
+		}
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "BEGIN; SELECT pg_current_xact_id()"); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("a transaction with an id stays open in database %s", where)
+	}
 	for i := range parts {
 		pushBacklog(b, st, "drain", fmt.Sprintf("d%05d", i), per)
 	}
@@ -159,4 +189,68 @@ func BenchmarkPopDrain(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(total)/time.Since(start).Seconds(), "msgs/s")
 	b.Logf("drain of %d messages in %d partitions, msgs/s by tenth: %s", total, parts, strings.Join(rates, " "))
+	// The cursor rows' versions the drain left (a transaction held open in
+	// this database keeps every one of them, and their ready-index entries).
+	var upd, hot, dead int64
+	if err := sqlstoretest.Pool(b).QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd, n_dead_tup FROM pg_stat_user_tables
+		 WHERE schemaname = $1 AND relname = 'consumers'`, st.Schema()).Scan(&upd, &hot, &dead); err == nil {
+		b.Logf("consumers: %d updates (%d HOT), %d dead row versions", upd, hot, dead)
+	}
+}
+
+// BenchmarkPopAckOneCPU is the CPU of a one-message pop and its ack, the
+// consume side's commonest small shape: one consumer, queue mode, lease,
+// batch 1, over 16 partitions holding a backlog (no pushes meanwhile). One
+// connection, so the backend's CPU (/proc/PID/stat) is the statements';
+// "pg-µs/msg" and the test process's "go-µs/msg" are reported:
+//
+//	make bench GOTESTFLAGS='-run=^$ -bench=PopAckOneCPU' ITERATIONS=2000x
+//
+// With BENCH_PID_FILE set, the backend's pid is written there first (for
+// perf record -g -p).
+func BenchmarkPopAckOneCPU(b *testing.B) {
+	ctx := context.Background()
+	schema := sqlstoretest.NewSchema(b)
+	st := sqlstoretest.OpenConfig(b, sqlstore.Config{URL: sqlstoretest.URL(b), Schema: schema, MaxConns: 1})
+	const parts = 16
+	per := max(b.N/parts+2, 2)
+	for i := range parts {
+		pushBacklog(b, st, "one", fmt.Sprintf("o%02d", i), per)
+	}
+	var pid int
+	if err := sqlstoretest.Pool(b).QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'regina' AND position($1 in query) > 0",
+		schema).Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	if f := os.Getenv("BENCH_PID_FILE"); f != "" && b.N > 1 {
+		_ = os.WriteFile(f, []byte(strconv.Itoa(pid)), 0o644)
+	}
+	cpu0, self0 := backendTicks(b, pid), selfCPU()
+	b.ResetTimer()
+	for range b.N {
+		res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "one", Batch: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(res.Messages) != 1 {
+			b.Fatalf("pop answered %d messages (%s)", len(res.Messages), res.Empty)
+		}
+		m := res.Messages[0]
+		if _, err := st.Ack(ctx, reginatype.QueueModeGroup, []reginatype.AckItem{{TransactionID: m.TransactionID,
+			PartitionID: m.PartitionID, LeaseID: res.LeaseID, HasLease: true, Status: reginatype.AckCompleted}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(backendTicks(b, pid)-cpu0)/procstat.ClockTicks()*1e6/float64(b.N), "pg-µs/msg")
+	b.ReportMetric(float64(selfCPU()-self0)/1e3/float64(b.N), "go-µs/msg")
+}
+
+// selfCPU is this process's CPU time (user + system) in nanoseconds.
+func selfCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -133,3 +133,10 @@ type Replayed struct {
 	MessageID partition.UUID
 	Offset    int64
 }
+
+// AckRequest is one acknowledgement request (its items, for one consumer
+// group) among several applied together (see sqlstore.Store.AckMany).
+type AckRequest struct {
+	Group string
+	Items []AckItem
+}

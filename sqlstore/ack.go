@@ -38,12 +38,17 @@ func (s *Store) Ack(ctx context.Context, group string, items []reginatype.AckIte
 	}
 	for _, p := range order {
 		idx := byPartition[p]
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			for _, i := range idx {
-				results[i] = reginatype.AckResult{}
-			}
-			return s.ackPartition(ctx, tx, group, p, items, idx, results)
-		})
+		var err error
+		if completionsOnly(items, idx) {
+			err = s.ackCompletions(ctx, group, p, items, idx, results)
+		} else {
+			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				for _, i := range idx {
+					results[i] = reginatype.AckResult{}
+				}
+				return s.ackPartition(ctx, tx, group, p, items, idx, results)
+			})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("ack partition %s: %w", p, classify(err))
 		}
@@ -54,67 +59,202 @@ func (s *Store) Ack(ctx context.Context, group string, items []reginatype.AckIte
 func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p partition.UUID,
 	items []reginatype.AckItem, idx []int, results []reginatype.AckResult) error {
 	pid := [16]byte(p)
-	var queueName, partName string
-	var retryLimit int
-	err := tx.QueryRow(ctx, s.sql.ackPartitionInfo, pid).Scan(&queueName, &partName, &retryLimit)
-	if errors.Is(err, pgx.ErrNoRows) {
-		for _, i := range idx {
-			results[i].Error = "Partition not found"
-		}
-		return nil
-	}
+	b := &pgx.Batch{}
+	s.queueAckReads(b, pid, group, items, idx)
+	st, err := readAckState(tx.SendBatch(ctx, b))
 	if err != nil {
 		return err
 	}
-	for _, i := range idx {
-		results[i].QueueName, results[i].PartitionName = queueName, partName
-	}
-	var (
-		cursor             int64
-		leaseID            *[16]byte
-		leaseLive          bool
-		leaseFrom, leaseTo *int64
-		retryCount         int
-	)
-	err = tx.QueryRow(ctx, s.sql.lockConsumerForAck, pid, group).
-		Scan(&cursor, &leaseID, &leaseLive, &leaseFrom, &leaseTo, &retryCount)
-	if errors.Is(err, pgx.ErrNoRows) {
-		for _, i := range idx {
-			results[i].Error = "No consumer state for this group on this partition (nothing was delivered)"
-		}
-		return nil
-	}
-	if err != nil {
+	upd, err := applyAcks(&st, items, idx, results, func(off int64, msg string, retries int) error {
+		return s.moveToDLQ(ctx, tx, pid, group, off, msg, retries)
+	})
+	if err != nil || !upd.write {
 		return err
 	}
+	_, err = tx.Exec(ctx, s.sql.updateConsumerAfterAck, pid, group, upd.cursor, upd.released, upd.retryCount)
+	return err
+}
 
-	// Resolve transaction ids to offsets through the hash sidecar.
+// completionsOnly reports whether every item of idx completes its message
+// (no failure, dead letter or retry: nothing to write but the cursor).
+func completionsOnly(items []reginatype.AckItem, idx []int) bool {
+	for _, i := range idx {
+		switch items[i].Status {
+		case "", "success", reginatype.AckCompleted:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ackCompletions applies completions of one partition in two round trips
+// instead of four: BEGIN goes with the reads (the partition's names, the
+// locked cursor row, the id resolution) and COMMIT with the cursor's
+// update. The same reads and rules as ackPartition (completionsOnly items:
+// no dead letter to copy between them).
+func (s *Store) ackCompletions(ctx context.Context, group string, p partition.UUID,
+	items []reginatype.AckItem, idx []int, results []reginatype.AckResult) (err error) {
+	pid := [16]byte(p)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	open := false
+	defer func() {
+		if err != nil && open {
+			// The connection goes back to the pool outside a transaction
+			// (pgxpool closes one that is still in one).
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	s.queueAckReads(b, pid, group, items, idx)
+	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return err
+	}
+	open = true
+	st, err := readAckState(br)
+	if err != nil {
+		return err
+	}
+	upd, err := applyAcks(&st, items, idx, results, func(int64, string, int) error {
+		return errors.New("ackCompletions: a dead letter to copy") // completionsOnly: cannot happen
+	})
+	if err != nil {
+		return err
+	}
+	b = &pgx.Batch{}
+	if upd.write {
+		b.Queue(s.sql.updateConsumerAfterAck, pid, group, upd.cursor, upd.released, upd.retryCount)
+	}
+	b.Queue("COMMIT")
+	br = conn.SendBatch(ctx, b)
+	if upd.write {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	open = false
+	if tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// queueAckReads queues an ack's reads of one partition: its queue's and
+// its own name and the retry limit, the group's cursor row (locked), and
+// every stored offset of each acked id (through the hash sidecar).
+func (s *Store) queueAckReads(b *pgx.Batch, pid [16]byte, group string, items []reginatype.AckItem, idx []int) {
 	hashes := make([][]byte, len(idx))
 	for k, i := range idx {
 		h := partition.HashTxID(items[i].TransactionID)
 		hashes[k] = h[:]
 	}
-	rows, err := tx.Query(ctx, s.sql.resolveOffsets, pid, hashes)
-	if err != nil {
-		return err
-	}
-	candidates := make(map[int][]int64)
-	for rows.Next() {
-		var k int32
-		var off int64
-		if err := rows.Scan(&k, &off); err != nil {
-			rows.Close()
-			return err
+	b.Queue(s.sql.ackPartitionInfo, pid)
+	b.Queue(s.sql.lockConsumerForAck, pid, group)
+	b.Queue(s.sql.resolveOffsets, pid, hashes)
+}
+
+// ackState is what an ack read (queueAckReads) about one partition.
+type ackState struct {
+	queueName, partName string
+	retryLimit          int
+	cursor              int64
+	leaseID             *[16]byte
+	leaseLive           bool
+	leaseFrom, leaseTo  *int64
+	retryCount          int
+	// candidates are the stored offsets of each acked id, by its index in
+	// the partition's items.
+	candidates map[int][]int64
+	// noPartition, noCursor: the partition, or the group's cursor row on
+	// it, does not exist.
+	noPartition, noCursor bool
+}
+
+// readAckState reads queueAckReads' results and closes br.
+func readAckState(br pgx.BatchResults) (ackState, error) {
+	var st ackState
+	infoErr := br.QueryRow().Scan(&st.queueName, &st.partName, &st.retryLimit)
+	lockErr := br.QueryRow().Scan(&st.cursor, &st.leaseID, &st.leaseLive, &st.leaseFrom, &st.leaseTo, &st.retryCount)
+	st.candidates = make(map[int][]int64)
+	rows, err := br.Query()
+	if err == nil {
+		for rows.Next() {
+			var k int32
+			var off int64
+			if err = rows.Scan(&k, &off); err != nil {
+				break
+			}
+			st.candidates[int(k)-1] = append(st.candidates[int(k)-1], off)
 		}
-		candidates[int(k)-1] = append(candidates[int(k)-1], off)
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
+	switch {
+	case errors.Is(infoErr, pgx.ErrNoRows):
+		st.noPartition = true
+	case infoErr != nil:
+		return st, infoErr
+	case errors.Is(lockErr, pgx.ErrNoRows):
+		st.noCursor = true
+	case lockErr != nil:
+		return st, lockErr
+	}
+	return st, err
+}
+
+// ackUpdate is the cursor row's new state after an ack; write is false when
+// nothing changed.
+type ackUpdate struct {
+	write      bool
+	cursor     int64
+	released   bool
+	retryCount int
+}
+
+// applyAcks applies the items idx of one partition to its state, in offset
+// order, filling their results; dlq copies a message into the DLQ. It
+// returns the cursor row's update.
+func applyAcks(st *ackState, items []reginatype.AckItem, idx []int, results []reginatype.AckResult,
+	dlq func(off int64, errMsg string, retries int) error) (ackUpdate, error) {
+	if st.noPartition {
+		for _, i := range idx {
+			results[i].Error = "Partition not found"
+		}
+		return ackUpdate{}, nil
+	}
+	for _, i := range idx {
+		results[i].QueueName, results[i].PartitionName = st.queueName, st.partName
+	}
+	if st.noCursor {
+		for _, i := range idx {
+			results[i].Error = "No consumer state for this group on this partition (nothing was delivered)"
+		}
+		return ackUpdate{}, nil
+	}
+	cursor, leaseID, leaseLive, retryCount := st.cursor, st.leaseID, st.leaseLive, st.retryCount
 	var targets []ackTarget
 	for k, i := range idx {
-		offs := candidates[k]
+		offs := st.candidates[k]
 		if len(offs) == 0 {
 			results[i].Error = reginatype.AckErrUnresolvable
 			continue
@@ -157,9 +297,9 @@ func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p par
 			cursor = t.offset + 1
 			r.Success = true
 		case reginatype.AckFailed:
-			if retryCount >= retryLimit {
-				if err := s.moveToDLQ(ctx, tx, pid, group, t.offset, it.Error, retryCount); err != nil {
-					return err
+			if retryCount >= st.retryLimit {
+				if err := dlq(t.offset, it.Error, retryCount); err != nil {
+					return ackUpdate{}, err
 				}
 				cursor = t.offset + 1
 				r.Success, r.DLQ = true, true
@@ -172,8 +312,8 @@ func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p par
 				r.Success, r.LeaseReleased = true, true
 			}
 		case reginatype.AckDLQ:
-			if err := s.moveToDLQ(ctx, tx, pid, group, t.offset, it.Error, retryCount); err != nil {
-				return err
+			if err := dlq(t.offset, it.Error, retryCount); err != nil {
+				return ackUpdate{}, err
 			}
 			cursor = t.offset + 1
 			r.Success, r.DLQ = true, true
@@ -187,8 +327,8 @@ func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p par
 		dirty = true
 	}
 	// The batch is complete when the cursor reached the end of the lease.
-	if leaseID != nil && leaseTo != nil && cursor >= *leaseTo {
-		leaseID, leaseLive, released = nil, false, true
+	if leaseID != nil && st.leaseTo != nil && cursor >= *st.leaseTo {
+		released = true
 		retryCount = 0
 		for _, t := range targets {
 			if results[t.idx].Success {
@@ -196,11 +336,7 @@ func (s *Store) ackPartition(ctx context.Context, tx pgx.Tx, group string, p par
 			}
 		}
 	}
-	if !dirty && !released {
-		return nil
-	}
-	_, err = tx.Exec(ctx, s.sql.updateConsumerAfterAck, pid, group, cursor, released, retryCount)
-	return err
+	return ackUpdate{write: dirty || released, cursor: cursor, released: released, retryCount: retryCount}, nil
 }
 
 func (s *Store) moveToDLQ(ctx context.Context, tx pgx.Tx, pid [16]byte, group string, off int64, errMsg string, retries int) error {

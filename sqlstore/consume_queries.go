@@ -6,7 +6,7 @@ func (q *queries) consumerQueries() {
 	// Queue, group start point and the group's catch-up, in one statement
 	// of its own (see functions/pop_prepare.sql).
 	q.popPrepare = `SELECT queue_id, coalesce(lease_time, 0), coalesce(delayed, 0), coalesce(window_buffer, 0),
-		       coalesce(retry_limit, 0), sub_from, caught
+		       coalesce(retry_limit, 0), sub_from, caught, scanned
 		  FROM queen.pop_prepare($1, $2, $3, $4, $5)`
 	q.popPartitionByName = `SELECT id, name FROM queen.partitions WHERE queue_id = $1 AND name = $2`
 	// Cursor rows of the group with unread work whose wait is over (no live
@@ -14,7 +14,12 @@ func (q *queries) consumerQueries() {
 	// first: an index scan of consumers_ready that stops after $3 rows it
 	// could lock (rows other pops hold are skipped, not counted). Its cost
 	// does not grow with the queue's partition count.
-	q.popCandidates = `SELECT c.partition_id, p.name FROM queen.consumers c
+	// Each comes with what popPartition would read again under the lock
+	// (the cursor and the lease), so a candidate costs no second round
+	// trip.
+	q.popCandidates = `SELECT c.partition_id, p.name, c.cursor_offset,
+		       (c.lease_id IS NOT NULL AND c.lease_expires_at > now()), c.lease_expires_at
+		  FROM queen.consumers c
 		  JOIN queen.partitions p ON p.id = c.partition_id
 		 WHERE c.queue_id = $1 AND c.consumer_group = $2 AND c.known_end > c.cursor_offset
 		   AND c.avail_at <= now()

@@ -18,9 +18,17 @@ type queueInfo struct {
 	leaseTime, delayed, windowBuffer, lim int
 }
 
+// consumerRow is a locked cursor row as a pop reads it.
 type consumerRow struct {
 	cursor    int64
 	leaseLive bool
+	leaseEnd  *time.Time
+}
+
+// popCandidate is a cursor row the candidate query locked, with its fields.
+type popCandidate struct {
+	reginatype.ClaimedPartition
+	row consumerRow
 }
 
 // Pop claims partitions and leases (or, with AutoAck, consumes) up to Batch
@@ -35,26 +43,46 @@ type consumerRow struct {
 // longest from the ready index: its cost follows the work, not the number of
 // partitions.
 func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.PopResult, error) {
-	var res reginatype.PopResult
-	if req.Batch < 1 {
-		req.Batch = 1
-	}
-	if req.Partitions < 1 {
-		req.Partitions = 1
-	}
-	if req.Group == "" {
-		req.Group = reginatype.QueueModeGroup
-	}
+	normalizePop(&req)
 	q, subFrom, found, err := s.popPrepare(ctx, &req)
 	if err != nil {
 		return reginatype.PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
 	}
 	if !found {
-		res.Empty = "queue_not_found"
-		return res, nil
+		return reginatype.PopResult{Empty: "queue_not_found"}, nil
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		res = reginatype.PopResult{}
+	return s.popAlone(ctx, &q, subFrom, &req)
+}
+
+// normalizePop applies a pop's defaults.
+func normalizePop(req *reginatype.PopRequest) {
+	req.Batch = max(req.Batch, 1)
+	req.Partitions = max(req.Partitions, 1)
+	if req.Group == "" {
+		req.Group = reginatype.QueueModeGroup
+	}
+}
+
+// popAlone runs a prepared pop in a transaction of its own.
+func (s *Store) popAlone(ctx context.Context, q *queueInfo, subFrom *time.Time, req *reginatype.PopRequest) (reginatype.PopResult, error) {
+	var res reginatype.PopResult
+	err := s.inPipeTx(ctx, func(tx *pipeTx) error {
+		var err error
+		res, err = s.popIn(ctx, tx, q, subFrom, req)
+		return err
+	})
+	if err != nil {
+		return reginatype.PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
+	}
+	return res, nil
+}
+
+// popIn is a prepared pop's work inside tx (its candidates, reads and
+// lease updates); the caller commits.
+func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *time.Time,
+	req *reginatype.PopRequest) (reginatype.PopResult, error) {
+	var res reginatype.PopResult
+	err := func() error {
 		leaseID := partition.NewV7()
 		if req.AutoAck {
 			leaseID = partition.ZeroUUID
@@ -72,7 +100,7 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 			if _, err := tx.Exec(ctx, s.sql.ensureConsumer, [16]byte(c.ID), req.Group, subFrom); err != nil {
 				return err
 			}
-			got, why, err := s.popPartition(ctx, tx, &q, &req, c, leaseID, req.Batch, true)
+			got, why, err := s.popPartition(ctx, tx, q, req, c, nil, leaseID, req.Batch, true)
 			if err != nil {
 				return fmt.Errorf("partition %s: %w", c.Name, err)
 			}
@@ -95,10 +123,10 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 			if err != nil {
 				return err
 			}
-			var candidates []reginatype.ClaimedPartition
+			var candidates []popCandidate
 			for rows.Next() {
-				var c reginatype.ClaimedPartition
-				if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name); err != nil {
+				var c popCandidate
+				if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd); err != nil {
 					rows.Close()
 					return err
 				}
@@ -115,12 +143,12 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 				if len(res.Messages) >= req.Batch {
 					break
 				}
-				got, _, err := s.popPartition(ctx, tx, &q, &req, c, leaseID, req.Batch-len(res.Messages), false)
+				got, _, err := s.popPartition(ctx, tx, q, req, c.ClaimedPartition, &c.row, leaseID, req.Batch-len(res.Messages), false)
 				if err != nil {
 					return fmt.Errorf("partition %s: %w", c.Name, err)
 				}
 				if len(got) > 0 {
-					res.Claimed = append(res.Claimed, c)
+					res.Claimed = append(res.Claimed, c.ClaimedPartition)
 					res.Messages = append(res.Messages, got...)
 				}
 			}
@@ -131,11 +159,8 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 			res.Empty = "no_available_partition"
 		}
 		return nil
-	})
-	if err != nil {
-		return reginatype.PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
-	}
-	return res, nil
+	}()
+	return res, err
 }
 
 // HasWork reports whether a pop like req could be served now, without
@@ -179,9 +204,10 @@ func (s *Store) popPrepare(ctx context.Context, req *reginatype.PopRequest) (que
 			id      *[16]byte
 			subFrom *time.Time
 			caught  int
+			scanned int
 		)
 		err := s.pool.QueryRow(ctx, s.sql.popPrepare, req.Queue, req.Group, req.SubscriptionNew, from, req.Partition == "").
-			Scan(&id, &q.leaseTime, &q.delayed, &q.windowBuffer, &q.lim, &subFrom, &caught)
+			Scan(&id, &q.leaseTime, &q.delayed, &q.windowBuffer, &q.lim, &subFrom, &caught, &scanned)
 		if err != nil {
 			if attempt < 4 && isRetryableTxError(err) {
 				continue
@@ -216,7 +242,7 @@ type popSegment struct {
 // readSegmentsFrom reads the segment covering offset from and the ones
 // after it, up to limit+1 segments (enough for limit messages when none is
 // a tombstone).
-func (s *Store) readSegmentsFrom(ctx context.Context, tx pgx.Tx, pid [16]byte, from int64, limit int) ([]popSegment, error) {
+func (s *Store) readSegmentsFrom(ctx context.Context, tx querier, pid [16]byte, from int64, limit int) ([]popSegment, error) {
 	rows, err := tx.Query(ctx, s.sql.readSegments, pid, from, limit)
 	if err != nil {
 		return nil, err
@@ -229,13 +255,13 @@ func (s *Store) readSegmentsFrom(ctx context.Context, tx pgx.Tx, pid [16]byte, f
 }
 
 // popPartition delivers up to limit messages of one partition to the group.
-// The caller made sure the cursor row exists (an any-partition candidate
-// comes locked). When nothing is delivered it says why ("lease_held",
+// The caller made sure the cursor row exists; an any-partition candidate
+// comes locked, with its fields in locked (nil: lock and read it here). When nothing is delivered it says why ("lease_held",
 // "window_buffer" or "") and, for an any-partition pop (named false), moves
 // the row out of the ready line until it may be served: to the lease's
 // expiry, the end of windowBuffer or delayedProcessing, or out of it until
 // the next push when nothing is left to read.
-func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *reginatype.PopRequest, c reginatype.ClaimedPartition,
+func (s *Store) popPartition(ctx context.Context, tx querier, q *queueInfo, req *reginatype.PopRequest, c reginatype.ClaimedPartition, locked *consumerRow,
 	leaseID partition.UUID, limit int, named bool) ([]reginatype.PoppedMessage, string, error) {
 	pid := [16]byte(c.ID)
 	notBefore := func(t time.Time, why string) ([]reginatype.PoppedMessage, string, error) {
@@ -246,16 +272,19 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 		return nil, why, err
 	}
 	var cur consumerRow
-	var leaseEnd *time.Time
-	err := tx.QueryRow(ctx, s.sql.lockConsumer, pid, req.Group).Scan(&cur.cursor, &cur.leaseLive, &leaseEnd)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, "lease_held", nil // another pop holds the row right now
-	}
-	if err != nil {
-		return nil, "", err
+	if locked != nil {
+		cur = *locked
+	} else {
+		err := tx.QueryRow(ctx, s.sql.lockConsumer, pid, req.Group).Scan(&cur.cursor, &cur.leaseLive, &cur.leaseEnd)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, "lease_held", nil // another pop holds the row right now
+		}
+		if err != nil {
+			return nil, "", err
+		}
 	}
 	if cur.leaseLive {
-		return notBefore(*leaseEnd, "lease_held")
+		return notBefore(*cur.leaseEnd, "lease_held")
 	}
 	if q.windowBuffer > 0 {
 		var until *time.Time
@@ -332,6 +361,7 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueInfo, req *
 		}
 	}
 	from, to := out[0].Offset, out[len(out)-1].Offset+1
+	var err error
 	if req.AutoAck {
 		_, err = tx.Exec(ctx, s.sql.popAutoAck, pid, req.Group, to)
 	} else {

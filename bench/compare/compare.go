@@ -312,6 +312,7 @@ func (h *harness) runCompare() error {
 		{key: 'P', name: "P (Regina, large and one-message pushes)", run: h.blockShapes},
 		{key: 'S', name: "S (JetStream, sync_interval always)", run: h.natsBlock(natsSyncAlways, phNATSSync, phNATSSyncSt, phNATSSync100)},
 		{key: 'R', name: "R (River unique inserts)", run: h.blockRiver},
+		{key: 'K', name: "K (consume: drains and steady, every system)", run: h.blockConsume},
 	}
 	if h.queen == nil {
 		blocks[4].skip = "no -queen-url (make compare QUEEN_URL=http://HOST:PORT) given"

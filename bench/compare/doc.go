@@ -10,11 +10,17 @@
 // keys; N: broker + backends CPU µs per new message at one message per push
 // over -one-partitions and at -items per push),
 //
-//	compare: regina/jetstream=R regina/ceiling=R dedup_on/off=R dup/new=R report/off=R regina/jetstream_sync=R regina/jetstream_sync_100=R regina/jetstream_100=R regina/river=R regina/river_storm=R cpu_us/msg_1=N cpu_us/msg_10=N [regina/queen=R]
+//	compare: regina/jetstream=R regina/ceiling=R dedup_on/off=R dup/new=R report/off=R regina/jetstream_sync=R regina/jetstream_sync_100=R regina/jetstream_100=R regina/river=R regina/river_storm=R cpu_us/msg_1=N cpu_us/msg_10=N [regina/queen=R] consume/jetstream_sync_1=R consume/jetstream_sync_10=R consume/jetstream_sync_100=R consume/cpu_us_1=N steady/keepup=R steady/p99_ms=N
+//
+// (the consume keys: Regina's queue-mode drain / JetStream's durable AckSync
+// drain at pop batch 1, 10, 100; broker + backends CPU µs per message
+// drained at batch 1; consumed / produced and push->pop p99 of the steady
+// phase)
 //
 // Run it through make, which finds or starts PostgreSQL first:
 //
-//	make compare                    # 3 rounds x 21 phases (23 with Queen) x (3 s warmup + 20 s): about 30 minutes
+//	make compare                    # 3 rounds x 22 timed phases (24 with Queen) x (3 s warmup + 20 s) plus block K's drains (200,000-message backlogs, minutes each on a loaded machine): about an hour
+//	make compare COMPARE_ARGS=-blocks=K   # only the consume side
 //	make compare DURATION=5s        # the same, shorter: about 10 minutes
 //	make compare COMPARE_ARGS=-blocks=F   # only dedupPayloadCheck report vs off
 //	make compare COMPARE_ARGS=-blocks=AP  # only Regina's shapes: the cpu_us keys
@@ -109,9 +115,9 @@
 //
 // # Phases and rounds
 //
-// One round is eight blocks, nine with Queen (-blocks selects some); the
-// block order rotates by one per round (A B C D F P S R, then B C D F P S R
-// A, ...), so that no system always runs first or last:
+// One round is nine blocks, ten with Queen (-blocks selects some); the
+// block order rotates by one per round (A B C D F P S R K, then B C D F P S
+// R K A, ...), so that no system always runs first or last:
 //
 //	A  broker, QUEEN_DEDUP_CACHE=true: regina_on (dedup on, 1 h window),
 //	   regina_on_storm (replays every push regina_on had accepted, cycling),
@@ -138,6 +144,12 @@
 //	R  River: river (each push's messages as River jobs in one InsertMany,
 //	   unique by transaction id: `river:"unique"`, UniqueOpts{ByArgs:
 //	   true}), river_storm (the same jobs again: UniqueSkippedAsDuplicate)
+//	K  the consume side (consume.go): drains of a backlog at pop batch 1,
+//	   10 and 100 by Regina (queue mode, then two named groups), JetStream
+//	   (durable pull consumer, AckSync on the sync_interval: always server,
+//	   Ack on the default one), River workers and Queen (QUEEN_URL); then
+//	   steady_regina (and steady_queen): open-loop producers and consumers
+//	   together, push->pop latency
 //
 // Each phase is -warmup (3 s, not counted) plus -duration (20 s). An op
 // counts when its answer arrives inside the measured window; msgs/s counts

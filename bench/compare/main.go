@@ -60,6 +60,13 @@ type config struct {
 	itemsLarge int
 	// onePartitions is the partitions of block P's one-message pushes.
 	onePartitions int
+	// Block K (consume.go): the drains' backlogs (at batch 10 and 100, and
+	// at batch 1), consumers, the steady phase's producers, offered rate
+	// (0: half of regina_on, else 2,000) and pop batch.
+	consumeBacklog, consumeBacklog1    int
+	consumeConsumers, consumeProducers int
+	steadyRate                         float64
+	steadyBatch                        int
 
 	scale          bool
 	scaleParts     []int
@@ -94,10 +101,10 @@ type config struct {
 
 // defaultBlocks are the compare blocks a run has unless -blocks says
 // otherwise (E runs only with -queen-url).
-const defaultBlocks = "ABCDEFPSR"
+const defaultBlocks = "ABCDEFPSRK"
 
 // blockPhases is the number of phases of each block, for plannedTime.
-var blockPhases = map[rune]int{'A': 3, 'B': 4, 'C': 3, 'D': 2, 'E': 2, 'F': 2, 'P': 2, 'S': 3, 'R': 2}
+var blockPhases = map[rune]int{'A': 3, 'B': 4, 'C': 3, 'D': 2, 'E': 2, 'F': 2, 'P': 2, 'S': 3, 'R': 2, 'K': 4}
 
 // wantsBlock reports whether -blocks names the block with letter key.
 func (c *config) wantsBlock(key byte) bool {
@@ -146,6 +153,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.natsServer, "nats-server", "", "the pinned nats-server binary blocks C and S start (empty = bin/nats-server-"+NATSPinnedVersion+", which make compare installs)")
 	fs.IntVar(&c.itemsLarge, "items-large", 100, "compare mode: messages per push of the large-push phases (regina_100 in block P, jetstream_100, jetstream_sync_100); 0 = none")
 	fs.IntVar(&c.onePartitions, "one-partitions", 1000, "compare mode: partitions of block P's one-message pushes (regina_1)")
+	fs.IntVar(&c.consumeBacklog, "consume-backlog", 200000, "compare mode, block K: messages drained at pop batch 10 and 100 (and by River)")
+	fs.IntVar(&c.consumeBacklog1, "consume-backlog-1", 20000, "compare mode, block K: messages drained at pop batch 1")
+	fs.IntVar(&c.consumeConsumers, "consume-consumers", 4, "compare mode, block K: consumers of a drain or of the steady phase (per group in the group drains)")
+	fs.IntVar(&c.consumeProducers, "consume-producers", 8, "compare mode, block K: open-loop producers of the steady phase")
+	fs.Float64Var(&c.steadyRate, "steady-rate", 0, "compare mode, block K: msgs/s offered in the steady phase (0 = half of this run's regina_on, else 2000)")
+	fs.IntVar(&c.steadyBatch, "steady-batch", 10, "compare mode, block K: pop batch of the steady phase's consumers")
 	fs.StringVar(&c.regina, "regina", "bin/regina", "broker binary (relative to the repository root)")
 	fs.BoolVar(&c.build, "build", true, "go build the broker into -regina first")
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "measured time per phase")

@@ -89,17 +89,17 @@ func (h *harness) riverPeer(ctx context.Context) (*riverPeer, error) {
 // setupPeers opens the peers of the selected blocks before anything is
 // measured, so that a missing one fails the run at once.
 func (h *harness) setupPeers(ctx context.Context) error {
-	if h.cfg.wantsBlock('C') {
+	if h.cfg.wantsBlock('C') || h.cfg.wantsBlock('K') {
 		if _, err := h.jetStream(ctx, natsDefault); err != nil {
 			return err
 		}
 	}
-	if h.cfg.wantsBlock('S') {
+	if h.cfg.wantsBlock('S') || h.cfg.wantsBlock('K') {
 		if _, err := h.jetStream(ctx, natsSyncAlways); err != nil {
 			return err
 		}
 	}
-	if h.cfg.wantsBlock('R') {
+	if h.cfg.wantsBlock('R') || h.cfg.wantsBlock('K') {
 		if _, err := h.riverPeer(ctx); err != nil {
 			return err
 		}

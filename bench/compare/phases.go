@@ -31,6 +31,9 @@ type PhaseResult struct {
 	// a fresh phase, rejected as duplicates for a storm) answered inside the
 	// measured window, per second of it.
 	MsgsPerSec float64 `json:"msgs_per_sec"`
+	// Produced is the messages pushed per second of a steady phase (block
+	// K), where MsgsPerSec counts the messages consumed.
+	Produced float64 `json:"produced_per_sec,omitempty"`
 	// OpsPerSec counts pushes (Regina, ceiling) or messages (JetStream).
 	OpsPerSec float64 `json:"ops_per_sec"`
 	Msgs      int64   `json:"msgs"`

@@ -402,6 +402,7 @@ func (h *harness) writeCompare() (string, error) {
 	b.WriteString("\nOne more bar (10M in-window hashes ≥ 0.9× 100k) is measured by `make compare/scale`, below.\n")
 
 	queen := h.queenText(&b)
+	consumeKeys := h.consumeText(&b)
 
 	b.WriteString("\n### Other same-run ratios (context, no bar)\n\n| ratio | value | per round |\n|---|---|---|\n")
 	for _, r := range context {
@@ -499,6 +500,9 @@ func (h *harness) writeCompare() (string, error) {
 		bars[5].value(), bars[6].value(), bars[7].value(), bars[8].value(), bars[9].value(), cpuBars[0].value(), cpuBars[1].value())
 	if h.queen != nil {
 		summary += " regina/queen=" + queen.value()
+	}
+	if consumeKeys != "" {
+		summary += " " + consumeKeys
 	}
 	return summary, nil
 }

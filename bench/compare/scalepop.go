@@ -129,7 +129,11 @@ func (h *harness) pushBacklog(baseURL string, p *popPt, tag string) error {
 // -connections connections, round-robin over the partitions. Every message
 // must be queued.
 func (h *harness) pushSpread(baseURL, queue string, parts []int, per int, tag string) error {
-	items := h.cfg.items
+	return h.pushSpreadN(baseURL, queue, parts, per, h.cfg.items, tag)
+}
+
+// pushSpreadN is pushSpread with items messages per push.
+func (h *harness) pushSpreadN(baseURL, queue string, parts []int, per, items int, tag string) error {
 	type job struct{ part, from, n int }
 	jobs := make(chan job)
 	errs := make(chan error, h.cfg.connections)

@@ -86,6 +86,11 @@ type Config struct {
 	PackMaxPartitions int
 	PackWaitMicros    int
 
+	// ConsumeSenders and ConsumeMaxBatch are actor.ConsumeConfig's Senders
+	// and MaxBatch (group commit of pops and acks).
+	ConsumeSenders  int
+	ConsumeMaxBatch int
+
 	MaxBodyBytes int
 	// MaxBodyBytesInFlight bounds the request body bytes held at once
 	// (wire.Config.MaxBodyBytesInFlight).
@@ -263,6 +268,12 @@ var settings = []setting{
 	{env: "PUSH_PACK_WAIT_US", group: groupDatabase, flag: "push-pack-wait-us", def: "0", zeroIsValue: true,
 		help:  "microseconds a packed sender waits for more batches (0: never, a lone batch goes at once)",
 		field: func(c *Config) any { return &c.PackWaitMicros }},
+	{env: "CONSUME_SENDERS", group: groupConsumers, flag: "consume-senders", def: "4",
+		help: "pop (and ack) transactions in flight at once; requests arriving meanwhile share the next one", min: 1,
+		field: func(c *Config) any { return &c.ConsumeSenders }},
+	{env: "CONSUME_MAX_BATCH", group: groupConsumers, flag: "consume-max-batch", def: "64",
+		help: "pop (and ack) requests per shared transaction; 1 = each in its own", min: 1,
+		field: func(c *Config) any { return &c.ConsumeMaxBatch }},
 	{env: "ACTOR_IDLE_TIMEOUT", group: groupServer, flag: "actor-idle-timeout", def: "30000",
 		help: "ms before an idle partition actor retires", min: 1, field: func(c *Config) any { return &c.ActorIdle }},
 	{env: "MAX_BODY_BYTES", group: groupLimits, flag: "max-body-bytes", def: "67108864", help: "largest request body; larger gets 413",

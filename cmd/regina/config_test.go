@@ -58,6 +58,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 		PushShape:                    "packed",
 		PackSenders:                  4,
 		PackMaxPartitions:            32,
+		ConsumeSenders:               4,
+		ConsumeMaxBatch:              64,
 		MaxBodyBytes:                 64 << 20,
 		MaxBodyBytesInFlight:         128 << 20,
 		MaxConnectionsPerIP:          1000,

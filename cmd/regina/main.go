@@ -191,9 +191,14 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	// consumers, a deleted queue leaves the cache) through reg.Link; the
 	// rest straight to the store.
 	linked := reg.Link(store)
+	// Pops and acks are group-committed (a lone one goes at once).
+	consume := actor.NewConsumeBatcher(store, actor.ConsumeConfig{Senders: cfg.ConsumeSenders, MaxBatch: cfg.ConsumeMaxBatch})
+	defer consume.Close()
+	registerConsumeCounters(met.Registry(), consume)
+	linked.BatchPops(consume)
 	srv.Start(wire.Backend{
 		Pusher: reg, Popper: linked, Transactor: linked, Replayer: linked, QueueDeleter: linked,
-		Acker: store, Admin: configuringAdmin{store, reg}, Groups: store, Traces: store, Stats: store, Pinger: store, Maintenance: maint,
+		Acker: batchedAcker{store, consume}, Admin: configuringAdmin{store, reg}, Groups: store, Traces: store, Stats: store, Pinger: store, Maintenance: maint,
 		Streams: store, Cycler: linked, Readiness: readiness{store: store, reg: reg}, Pipeline: reg,
 	})
 

@@ -11,19 +11,24 @@
 -- the pop's transaction starts), so the rows it touches are not held while
 -- the pop works.
 --
--- How it cannot miss a push: a push stamps its partition row with its
--- transaction id (push_xid). Every transaction older than the group's
--- horizon had finished when the horizon was taken, and its effect was seen
--- then; any push that finishes later has a transaction id at or above the
--- horizon. So the partitions stamped at or above the horizon are all that
--- can have changed. The new horizon is the oldest transaction still running
--- before the scan starts (everything older is visible to the scan). A later
--- push to a partition overwrites push_xid with its own, newer id, so a
--- partition is never hidden below the horizon while it has unseen work.
--- Cost: one index range scan of the partitions pushed since the last
--- catch-up (none: one index probe and no write), not of the whole queue. A
--- transaction left open for long anywhere in the cluster holds the horizon
--- back, so catch-ups rescan what was pushed since it began.
+-- How it cannot miss a push (the horizon is a snapshot, S, taken at the
+-- group's last catch-up and kept as its xmax, horizon, and the ids it saw
+-- running, running): a push stamps its partition row with its transaction
+-- id (push_xid), and pushes to one partition are serialised by that row's
+-- lock, so the stamp a row holds is its last committed writer's, C. If C
+-- had committed before S, so had every earlier writer of the row (each
+-- committed before the next took the lock), and the catch-up's scan, whose
+-- snapshot is later than S, saw all their work. Otherwise C was running at
+-- S (its id is in running) or began after it (its id is at or above
+-- horizon; ids below xmax not in xip were finished at S). So the partitions
+-- stamped at or above horizon or with an id in running are all that can
+-- have changed, whatever the order of the ids of the writers. Nothing here
+-- depends on transactions that never stamp a partition: a session idle in
+-- transaction (this database or another) sits in running and costs one
+-- index probe of its id, not a reread of what was pushed since it began.
+-- Cost: the partitions pushed since the last catch-up or by the
+-- transactions running then (none: one index probe and no write), not the
+-- whole queue.
 --
 -- Rows it creates are not "started" (the group has not popped there): their
 -- cursor is the group's start point (0, or the first segment after
@@ -37,15 +42,18 @@
 CREATE OR REPLACE FUNCTION queen.pop_prepare(p_queue text, p_group text, p_new boolean, p_from timestamptz,
     p_catch_up boolean,
     OUT queue_id uuid, OUT lease_time integer, OUT delayed integer, OUT window_buffer integer,
-    OUT retry_limit integer, OUT sub_from timestamptz, OUT caught integer)
+    OUT retry_limit integer, OUT sub_from timestamptz, OUT caught integer, OUT scanned integer)
 LANGUAGE plpgsql SET jit = off AS $$
 DECLARE
     v_h     xid8;
+    v_run   xid8[];
     v_found boolean;
-    v_xmin  xid8;
+    v_snap  pg_snapshot;
+    v_parts uuid[];
     n       integer;
 BEGIN
     caught := 0;
+    scanned := 0;
     SELECT q.id, q.lease_time, q.delayed_processing, q.window_buffer, q.retry_limit
       INTO queue_id, lease_time, delayed, window_buffer, retry_limit
       FROM queen.queues q WHERE q.name = p_queue;
@@ -63,11 +71,12 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT g.horizon INTO v_h FROM queen.group_scan g
+    SELECT g.horizon, g.running INTO v_h, v_run FROM queen.group_scan g
      WHERE g.queue_id = pop_prepare.queue_id AND g.consumer_group = p_group;
     v_found := FOUND;
     IF v_found AND NOT EXISTS (SELECT 1 FROM queen.partitions p
-                                WHERE p.queue_id = pop_prepare.queue_id AND p.push_xid >= v_h) THEN
+                                WHERE p.queue_id = pop_prepare.queue_id
+                                  AND (p.push_xid >= v_h OR p.push_xid = ANY (v_run))) THEN
         RETURN; -- nothing pushed since: no write at all
     END IF;
     -- One catch-up per (queue, group) at a time: every pop of the group
@@ -76,12 +85,19 @@ BEGIN
     -- soak, its consumers stalled). The one that waited reads the horizon
     -- its predecessor left, so it has little left to do.
     PERFORM pg_advisory_xact_lock(hashtextextended('regina.pop_prepare/' || pop_prepare.queue_id::text || '/' || p_group, 0));
-    SELECT g.horizon INTO v_h FROM queen.group_scan g
+    SELECT g.horizon, g.running INTO v_h, v_run FROM queen.group_scan g
      WHERE g.queue_id = pop_prepare.queue_id AND g.consumer_group = p_group;
     v_found := FOUND;
-    -- Every transaction older than this had finished before the statements
-    -- below take their snapshots, so they see its effects.
-    v_xmin := pg_snapshot_xmin(pg_current_snapshot());
+    -- The new horizon. Every transaction below its xmax and not among its
+    -- running ids had finished before the statements below take their
+    -- snapshots, so they see its effects.
+    v_snap := pg_current_snapshot();
+    -- The partitions that may have changed, looked at once.
+    v_parts := ARRAY(SELECT p.id FROM queen.partitions p
+                      WHERE p.queue_id = pop_prepare.queue_id
+                        AND (NOT v_found OR p.push_xid >= v_h OR p.push_xid = ANY (v_run))
+                      ORDER BY p.id);
+    scanned := cardinality(v_parts);
 
     -- Cursor rows the group has: raise known_end to the partition's end.
     -- Their locks are taken first, in partition-id order: every pop of the
@@ -89,7 +105,7 @@ BEGIN
     -- order, so two catch-ups over the same rows deadlocked (a soak's
     -- consumers stalled on PostgreSQL's deadlock errors).
     PERFORM 1 FROM queen.consumers c JOIN queen.partitions p ON c.partition_id = p.id
-     WHERE p.queue_id = pop_prepare.queue_id AND (NOT v_found OR p.push_xid >= v_h)
+     WHERE p.id = ANY (v_parts)
        AND c.consumer_group = p_group AND c.known_end < p.next_offset
      ORDER BY c.partition_id
        FOR UPDATE OF c;
@@ -102,7 +118,7 @@ BEGIN
                                WHERE s.partition_id = c.partition_id AND s.first_offset >= c.cursor_offset
                                ORDER BY s.first_offset LIMIT 1), now()) END
       FROM queen.partitions p
-     WHERE p.queue_id = pop_prepare.queue_id AND (NOT v_found OR p.push_xid >= v_h)
+     WHERE p.id = ANY (v_parts)
        AND c.partition_id = p.id AND c.consumer_group = p_group AND c.known_end < p.next_offset;
     GET DIAGNOSTICS n = ROW_COUNT;
     caught := caught + n;
@@ -121,7 +137,7 @@ BEGIN
             ELSE coalesce((SELECT s.first_offset FROM queen.segments s WHERE s.partition_id = p.id
                              AND s.created_at > sub_from ORDER BY s.first_offset LIMIT 1), p.next_offset)
             END AS cur) st
-     WHERE p.queue_id = pop_prepare.queue_id AND (NOT v_found OR p.push_xid >= v_h)
+     WHERE p.id = ANY (v_parts)
        AND p.next_offset > 0 AND (sub_from IS NULL OR p.last_push_at > sub_from)
        AND NOT EXISTS (SELECT 1 FROM queen.consumers c WHERE c.partition_id = p.id AND c.consumer_group = p_group)
      ORDER BY p.id
@@ -130,7 +146,10 @@ BEGIN
     GET DIAGNOSTICS n = ROW_COUNT;
     caught := caught + n;
 
-    INSERT INTO queen.group_scan (queue_id, consumer_group, horizon)
-    VALUES (pop_prepare.queue_id, p_group, v_xmin)
-    ON CONFLICT ON CONSTRAINT group_scan_pkey DO UPDATE SET horizon = greatest(group_scan.horizon, EXCLUDED.horizon);
+    INSERT INTO queen.group_scan (queue_id, consumer_group, horizon, running)
+    VALUES (pop_prepare.queue_id, p_group, pg_snapshot_xmax(v_snap),
+            ARRAY(SELECT pg_snapshot_xip(v_snap)))
+    ON CONFLICT ON CONSTRAINT group_scan_pkey DO UPDATE
+       SET horizon = EXCLUDED.horizon, running = EXCLUDED.running
+     WHERE group_scan.horizon <= EXCLUDED.horizon;
 END $$;

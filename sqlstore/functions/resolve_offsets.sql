@@ -16,13 +16,19 @@
 -- million comparisons). enable_seqscan = off: the GIN index, never a scan of
 -- the sidecar (the planner misjudges it when the hash arrays are stored out
 -- of line).
+-- plpgsql, not sql: a LANGUAGE sql function with SET clauses is never
+-- inlined, and PostgreSQL parsed and planned its CTE at every call (perf of
+-- a one-message pop+ack: fmgr_sql 24% of the backend's CPU, base_yyparse
+-- and the planner under it); RETURN QUERY keeps its plan for the session.
 CREATE OR REPLACE FUNCTION queen.resolve_offsets(p_partition uuid, p_hashes bytea[])
 RETURNS TABLE (i integer, msg_offset bigint)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET jit = off
 SET enable_seqscan = off
 SET enable_nestloop = off
 AS $$
+BEGIN
+    RETURN QUERY
     WITH c AS MATERIALIZED (
         SELECT l.first_offset AS fo, m.h, m.o
           FROM queen.log_txns l
@@ -30,5 +36,5 @@ AS $$
          WHERE l.hashes && p_hashes
            AND (l.partition_id = p_partition) IS TRUE)
     SELECT h.i::integer, c.fo + c.o - 1
-      FROM c JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = c.h
-$$;
+      FROM c JOIN unnest(p_hashes) WITH ORDINALITY AS h(h, i) ON h.h = c.h;
+END $$;
