@@ -63,8 +63,10 @@ func (l *Linked) Pop(ctx context.Context, req reginatype.PopRequest, wait time.D
 	for {
 		// Subscribe before looking, so a push that lands in between wakes us.
 		woken := l.reg.signals.wait(req.Queue)
-		if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return reginatype.PopResult{}, nil // the caller left: take nothing
+		default:
 		}
 		// The look itself is not cut short when ctx ends: a pop whose
 		// transaction committed must return its lease to the caller, who
