@@ -126,7 +126,13 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 			var candidates []popCandidate
 			for rows.Next() {
 				var c popCandidate
-				if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd); err != nil {
+				dest := []any{(*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd}
+				if s.citus != nil {
+					// On Citus the scan locks nothing and names the rows
+					// only: popPartition locks each on its worker.
+					dest = dest[:2]
+				}
+				if err := rows.Scan(dest...); err != nil {
 					rows.Close()
 					return err
 				}
@@ -143,7 +149,11 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 				if len(res.Messages) >= req.Batch {
 					break
 				}
-				got, _, err := s.popPartition(ctx, tx, q, req, c.ClaimedPartition, &c.row, leaseID, req.Batch-len(res.Messages), false)
+				locked := &c.row
+				if s.citus != nil {
+					locked = nil
+				}
+				got, _, err := s.popPartition(ctx, tx, q, req, c.ClaimedPartition, locked, leaseID, req.Batch-len(res.Messages), false)
 				if err != nil {
 					return fmt.Errorf("partition %s: %w", c.Name, err)
 				}
