@@ -83,7 +83,7 @@ var citusFiles embed.FS
 var citusFunctions = [][2]string{
 	{"push_segment(uuid,integer,bigint,bytea[],bytea,bytea,integer[],bigint[])", "p_partition"},
 	{"push_dups(uuid,integer,bigint,bytea[],bigint[])", "p_partition"},
-	{"citus_catch_up_node(uuid,uuid,text,timestamptz,xid8)", "p_key"},
+	{"citus_catch_up_worker(uuid,uuid,text,timestamptz,xid8,text)", "p_key"},
 }
 
 // detectCitus resolves mode against the database: whether the store runs on
@@ -363,12 +363,14 @@ func (q *queries) citusQueries(schema string) {
 		 WHERE q.name = ANY($2::text[])`, schema)
 	q.citusPopPrepare = qualify(`SELECT queue_id, coalesce(lease_time, 0), coalesce(delayed, 0),
 		coalesce(window_buffer, 0), coalesce(retry_limit, 0), sub_from FROM queen.citus_pop_prepare($1, $2, $3, $4)`, schema)
-	q.citusCatchUp = qualify(`SELECT queen.citus_catch_up_node($1, $2, $3, $4, $5::text::xid8)`, schema)
-	q.citusHorizons = qualify(`SELECT node, horizon::text FROM queen.group_scan_nodes
+	q.citusCatchUp = qualify(`SELECT queen.citus_catch_up_worker($1, $2, $3, $4, $5::text::xid8, $6::text)`, schema)
+	q.citusHorizons = qualify(`SELECT node, horizon::text, running::text FROM queen.group_scan_nodes
 		WHERE queue_id = $1 AND consumer_group = $2`, schema)
-	q.citusSetHorizon = qualify(`INSERT INTO queen.group_scan_nodes (queue_id, consumer_group, node, horizon)
-		VALUES ($1, $2, $3, $4::text::xid8)
-		ON CONFLICT (queue_id, consumer_group, node) DO UPDATE SET horizon = greatest(group_scan_nodes.horizon, EXCLUDED.horizon)`, schema)
+	// A later snapshot (a larger xmax) replaces an earlier one whole.
+	q.citusSetHorizon = qualify(`INSERT INTO queen.group_scan_nodes (queue_id, consumer_group, node, horizon, running)
+		VALUES ($1, $2, $3, $4::text::xid8, $5::text::xid8[])
+		ON CONFLICT (queue_id, consumer_group, node) DO UPDATE SET horizon = EXCLUDED.horizon, running = EXCLUDED.running
+		WHERE group_scan_nodes.horizon <= EXCLUDED.horizon`, schema)
 	q.popCandidates = qualify(`SELECT c.partition_id, p.name FROM queen.consumers c
 		  JOIN queen.partitions p ON p.id = c.partition_id
 		 WHERE c.queue_id = $1 AND c.consumer_group = $2 AND c.known_end > c.cursor_offset

@@ -245,6 +245,42 @@ func TestCitusCatchUpHorizonIsPerWorker(t *testing.T) {
 	}
 }
 
+// TestCitusCatchUpBesideForeignTransaction: a transaction left open on a
+// worker does not hold that worker's catch-up horizon back (the horizon is
+// the worker's snapshot xmax, the open transaction one of its running ids),
+// and pushes beside it are all delivered, in order.
+func TestCitusCatchUpBesideForeignTransaction(t *testing.T) {
+	st := openCitus(t)
+	ctx := context.Background()
+	_, b, _, workerB := partitionsOnTwoWorkers(t, st, "fq")
+	pool := sqlstoretest.Pool(t)
+	wconn, err := pgx.Connect(ctx, "postgres://postgres@"+workerB+"/"+pool.Config().ConnConfig.Database+"?sslmode=disable")
+	require.NoError(t, err)
+	defer wconn.Close(ctx)
+	tx, err := wconn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var foreign string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&foreign))
+
+	for i := range 3 {
+		id := fmt.Sprintf("m%d", i)
+		bt, _ := batchOf(t, b, id)
+		_, err := st.Push(ctx, bt)
+		require.NoError(t, err)
+		res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "fq", Group: "g", Batch: 10, Partitions: 4, AutoAck: true})
+		require.NoError(t, err)
+		require.Len(t, res.Messages, 1, "push %d beside the open transaction", i)
+		require.Equal(t, id, res.Messages[0].TransactionID)
+	}
+	var past, running bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT bool_or(horizon > $1::text::xid8), bool_or($1::text::xid8 = ANY (running))
+		FROM `+pgx.Identifier{st.Schema(), "group_scan_nodes"}.Sanitize()+` WHERE consumer_group = 'g'
+		 AND node = (SELECT groupid FROM pg_dist_node WHERE nodename || ':' || nodeport = $2)`, foreign, workerB).Scan(&past, &running))
+	require.True(t, past, "the worker's horizon moved past the open transaction %s", foreign)
+	require.True(t, running, "the open transaction %s is kept among the running ids", foreign)
+}
+
 // TestCitusNamedPopRunsOnOneWorker: a pop of a named partition (its lookup,
 // cursor, segments and lease) and its ack reach only the worker holding the
 // partition.

@@ -48,7 +48,7 @@ func (s *Store) citusPopPrepare(ctx context.Context, req *reginatype.PopRequest)
 }
 
 // citusCatchUp catches the group up on every worker: one delegated call of
-// queen.citus_catch_up_node per worker, with that worker's horizon, and
+// queen.citus_catch_up_worker per worker, with that worker's horizon, and
 // records the horizons that moved.
 //
 // It is skipped when the group caught up through this store less than
@@ -86,11 +86,13 @@ func (s *Store) citusCatchUpNow(ctx context.Context, queue [16]byte, group strin
 	if err != nil {
 		return fmt.Errorf("catch-up horizons: %w", err)
 	}
-	hs := map[int32]string{}
+	// Per worker: its last snapshot's xmax and running ids, as text.
+	type horizon struct{ xmax, running string }
+	hs := map[int32]horizon{}
 	for rows.Next() {
 		var node int32
-		var h string
-		if err := rows.Scan(&node, &h); err != nil {
+		var h horizon
+		if err := rows.Scan(&node, &h.xmax, &h.running); err != nil {
 			rows.Close()
 			return fmt.Errorf("catch-up horizons: %w", err)
 		}
@@ -103,22 +105,24 @@ func (s *Store) citusCatchUpNow(ctx context.Context, queue [16]byte, group strin
 	// One delegated call per worker, all at once: the catch-up costs one
 	// round trip, however many workers.
 	type answer struct {
-		node   int32
-		before *string
-		after  *string
-		err    error
+		node          int32
+		before        *horizon
+		after, runAft *string
+		err           error
 	}
 	answers := make([]answer, len(keys))
 	var wg sync.WaitGroup
 	for i, k := range keys {
 		a := &answers[i]
+		var xmax, running *string
 		if v, ok := hs[k.node]; ok {
 			a.before = &v
+			xmax, running = &v.xmax, &v.running
 		}
 		wg.Go(func() {
 			var caught int32
-			if err := s.pool.QueryRow(ctx, s.sql.citusCatchUp, k.key, queue, group, subFrom, a.before).
-				Scan(pgtypeComposite(&caught, &a.after, &a.node)); err != nil {
+			if err := s.pool.QueryRow(ctx, s.sql.citusCatchUp, k.key, queue, group, subFrom, xmax, running).
+				Scan(pgtypeComposite(&caught, &a.after, &a.runAft, &a.node)); err != nil {
 				a.err = fmt.Errorf("catch-up on worker %d: %w", k.node, err)
 			}
 		})
@@ -130,10 +134,10 @@ func (s *Store) citusCatchUpNow(ctx context.Context, queue [16]byte, group strin
 		}
 	}
 	for _, a := range answers {
-		if a.after == nil || (a.before != nil && *a.after == *a.before) {
+		if a.after == nil || a.runAft == nil || (a.before != nil && *a.after == a.before.xmax && *a.runAft == a.before.running) {
 			continue
 		}
-		if _, err := s.pool.Exec(ctx, s.sql.citusSetHorizon, queue, group, a.node, *a.after); err != nil {
+		if _, err := s.pool.Exec(ctx, s.sql.citusSetHorizon, queue, group, a.node, *a.after, *a.runAft); err != nil {
 			return fmt.Errorf("catch-up horizon of worker %d: %w", a.node, err)
 		}
 	}

@@ -7,7 +7,7 @@
 -- stamps push_xid with that worker's id, so a horizon is only meaningful on
 -- the worker that took it. A group therefore keeps one horizon per worker
 -- (group_scan_nodes, on the coordinator), and its catch-up runs on each
--- worker as one delegated call (citus_catch_up_node, distributed on p_key, a
+-- worker as one delegated call (citus_catch_up_worker, distributed on p_key, a
 -- key whose shard that worker holds) over the worker's own shards, with
 -- that worker's horizon and that worker's snapshot.
 
@@ -18,6 +18,9 @@ CREATE TABLE IF NOT EXISTS queen.group_scan_nodes (
     horizon        xid8    NOT NULL,
     PRIMARY KEY (queue_id, consumer_group, node)
 );
+-- The ids running on that worker at the snapshot whose xmax is horizon
+-- (queen.pop_prepare's rule, per worker).
+ALTER TABLE queen.group_scan_nodes ADD COLUMN IF NOT EXISTS running xid8[] NOT NULL DEFAULT '{}';
 
 -- push_xid is always the transaction id of the worker that writes the row:
 -- a statement the coordinator routes (a transaction's push, a DLQ replay)
@@ -33,7 +36,7 @@ BEGIN
 END $$;
 
 -- citus_pop_prepare is queen.pop_prepare without the catch-up (the caller
--- runs citus_catch_up_node on each worker), and it writes a new group's
+-- runs citus_catch_up_worker on each worker), and it writes a new group's
 -- start point only when it is missing (consumer_groups is a reference
 -- table: every write is a two-phase commit on every node).
 CREATE OR REPLACE FUNCTION queen.citus_pop_prepare(p_queue text, p_group text, p_new boolean, p_from timestamptz,
@@ -58,23 +61,33 @@ BEGIN
     END IF;
 END $$;
 
--- citus_catch_up_node runs on the worker holding p_key's shard (a
+-- citus_catch_up_worker runs on the worker holding p_key's shard (a
 -- distributed function) and catches the group up on every shard that
 -- worker holds, with the statements of queen.pop_prepare run on the shard
--- tables themselves. p_horizon NULL: the group never caught up there (every
--- partition is looked at once). It answers the new horizon (p_horizon when
--- nothing was pushed since: no write at all) and the worker (node).
-CREATE OR REPLACE FUNCTION queen.citus_catch_up_node(p_key uuid, p_queue uuid, p_group text, p_sub_from timestamptz,
-    p_horizon xid8, OUT caught integer, OUT horizon xid8, OUT node integer)
+-- tables themselves, and pop_prepare's horizon rule with that worker's
+-- snapshot: only partitions stamped at or above p_horizon (the last
+-- snapshot's xmax) or with an id in p_running (its running ids) can have
+-- changed, so a stranger's transaction left open on the worker widens
+-- nothing. p_horizon NULL: the group never caught up there (every partition
+-- is looked at once). It answers the new horizon and running ids (the
+-- given ones when nothing was pushed since: no write at all) and the worker
+-- (node).
+CREATE OR REPLACE FUNCTION queen.citus_catch_up_worker(p_key uuid, p_queue uuid, p_group text, p_sub_from timestamptz,
+    p_horizon xid8, p_running text, OUT caught integer, OUT horizon text, OUT running text, OUT node integer)
 LANGUAGE plpgsql SET jit = off SET citus.enable_manual_changes_to_shards = on AS $$
 DECLARE
     r     record;
     todo  bigint[] := '{}';
     n     integer;
     found_any boolean := false;
+    snap  pg_snapshot;
+    v_run xid8[] := coalesce(p_running, '{}')::xid8[]; -- text: Citus cannot forward an xid8[] argument
 BEGIN
+    -- horizon and running are answered as text (the caller keeps them as
+    -- such): the given ones when nothing was pushed since.
     caught := 0;
-    horizon := p_horizon;
+    horizon := p_horizon::text;
+    running := v_run::text;
     SELECT groupid INTO node FROM pg_dist_local_group;
     FOR r IN SELECT p.shardid AS ps, c.shardid AS cs, s.shardid AS ss
                FROM pg_dist_shard p
@@ -84,8 +97,9 @@ BEGIN
               WHERE p.logicalrelid = 'queen.partitions'::regclass
     LOOP
         IF p_horizon IS NOT NULL THEN
-            EXECUTE format('SELECT EXISTS (SELECT 1 FROM queen.%I p WHERE p.queue_id = $1 AND p.push_xid >= $2)',
-                           'partitions_' || r.ps) INTO found_any USING p_queue, p_horizon;
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM queen.%I p WHERE p.queue_id = $1
+                              AND (p.push_xid >= $2 OR p.push_xid = ANY ($3)))',
+                           'partitions_' || r.ps) INTO found_any USING p_queue, p_horizon, v_run;
             CONTINUE WHEN NOT found_any;
         END IF;
         todo := todo || ARRAY[r.ps, r.cs, r.ss];
@@ -94,15 +108,18 @@ BEGIN
         RETURN; -- nothing pushed here since: no write at all
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('regina.pop_prepare/' || p_queue::text || '/' || p_group, 0));
-    horizon := pg_snapshot_xmin(pg_current_snapshot());
+    -- Every transaction of this worker below the snapshot's xmax and not
+    -- among its running ids had finished before the statements below take
+    -- their snapshots, so they see its effects (pop_prepare's argument).
+    snap := pg_current_snapshot();
     FOR k IN 0 .. cardinality(todo) / 3 - 1 LOOP
         EXECUTE format($q$
             SELECT count(*) FROM (SELECT 1 FROM queen.%1$I c JOIN queen.%2$I p ON c.partition_id = p.id
-             WHERE p.queue_id = $1 AND ($2::xid8 IS NULL OR p.push_xid >= $2)
+             WHERE p.queue_id = $1 AND ($2::xid8 IS NULL OR p.push_xid >= $2 OR p.push_xid = ANY ($5::xid8[]))
                AND c.consumer_group = $3 AND c.known_end < p.next_offset
              ORDER BY c.partition_id
                FOR UPDATE OF c) l$q$, 'consumers_' || todo[3*k+2], 'partitions_' || todo[3*k+1])
-            USING p_queue, p_horizon, p_group;
+            USING p_queue, p_horizon, p_group, NULL::timestamptz, v_run;
         EXECUTE format($q$
             UPDATE queen.%1$I c
                SET known_end = p.next_offset,
@@ -113,10 +130,10 @@ BEGIN
                                        WHERE s.partition_id = c.partition_id AND s.first_offset >= c.cursor_offset
                                        ORDER BY s.first_offset LIMIT 1), now()) END
               FROM queen.%2$I p
-             WHERE p.queue_id = $1 AND ($2::xid8 IS NULL OR p.push_xid >= $2)
+             WHERE p.queue_id = $1 AND ($2::xid8 IS NULL OR p.push_xid >= $2 OR p.push_xid = ANY ($5::xid8[]))
                AND c.partition_id = p.id AND c.consumer_group = $3 AND c.known_end < p.next_offset$q$,
             'consumers_' || todo[3*k+2], 'partitions_' || todo[3*k+1], 'segments_' || todo[3*k+3])
-            USING p_queue, p_horizon, p_group;
+            USING p_queue, p_horizon, p_group, NULL::timestamptz, v_run;
         GET DIAGNOSTICS n = ROW_COUNT;
         caught := caught + n;
         EXECUTE format($q$
@@ -132,17 +149,19 @@ BEGIN
                     ELSE coalesce((SELECT s.first_offset FROM queen.%3$I s WHERE s.partition_id = p.id
                                      AND s.created_at > $4 ORDER BY s.first_offset LIMIT 1), p.next_offset)
                     END AS cur) st
-             WHERE p.queue_id = $1 AND ($2::xid8 IS NULL OR p.push_xid >= $2)
+             WHERE p.queue_id = $1 AND ($2::xid8 IS NULL OR p.push_xid >= $2 OR p.push_xid = ANY ($5::xid8[]))
                AND p.next_offset > 0 AND ($4::timestamptz IS NULL OR p.last_push_at > $4)
                AND NOT EXISTS (SELECT 1 FROM queen.%1$I c WHERE c.partition_id = p.id AND c.consumer_group = $3)
              ORDER BY p.id
             ON CONFLICT (partition_id, consumer_group) DO UPDATE
                SET known_end = greatest(cc.known_end, EXCLUDED.known_end)$q$,
             'consumers_' || todo[3*k+2], 'partitions_' || todo[3*k+1], 'segments_' || todo[3*k+3])
-            USING p_queue, p_horizon, p_group, p_sub_from;
+            USING p_queue, p_horizon, p_group, p_sub_from, v_run;
         GET DIAGNOSTICS n = ROW_COUNT;
         caught := caught + n;
     END LOOP;
+    horizon := pg_snapshot_xmax(snap)::text;
+    running := ARRAY(SELECT pg_snapshot_xip(snap))::text;
 END $$;
 
 -- citus_partition_by_name finds a partition of a queue by name: by its
