@@ -269,11 +269,7 @@ func (c *batchConsumer) step(rec *workerRec) []consumeMsg {
 		c.ack = fmt.Appendf(c.ack, `,"consumerGroup":%q`, c.group)
 	}
 	c.ack = append(c.ack, '}')
-	req.Reset()
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(c.ackURI)
-	req.Header.SetContentType("application/json")
-	req.SetBody(c.ack)
+	setPostJSON(req, c.ackURI, c.ack)
 	if err := c.hc.hc.Do(req, resp); err != nil {
 		rec.fail(err)
 		return nil

@@ -391,10 +391,7 @@ func (c *httpClient) push(body []byte, nItems int) pushanswer.Answer {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(c.uri)
-	req.Header.SetContentType("application/json")
-	req.SetBody(body)
+	setPostJSON(req, c.uri, body)
 	if err := c.hc.Do(req, resp); err != nil {
 		return pushanswer.Failure(err)
 	}
@@ -715,4 +712,13 @@ feed:
 	default:
 	}
 	return time.Since(t), ctx.Err()
+}
+
+// setPostJSON makes req a POST of the JSON body to uri (req reset first).
+func setPostJSON(req *fasthttp.Request, uri string, body []byte) {
+	req.Reset()
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(uri)
+	req.Header.SetContentType("application/json")
+	req.SetBody(body)
 }

@@ -290,11 +290,7 @@ func (c *consumer) step(rec *workerRec) (out popOutcome, t0, t1 time.Time) {
 	}
 	c.ack = fmt.Appendf(c.ack[:0], `{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"completed"}`,
 		a.Messages[0].TransactionID, a.PartitionID, a.LeaseID)
-	req.Reset()
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(c.ackURI)
-	req.Header.SetContentType("application/json")
-	req.SetBody(c.ack)
+	setPostJSON(req, c.ackURI, c.ack)
 	if err := c.hc.hc.Do(req, resp); err != nil {
 		rec.fail(err)
 		return popGot, t0, t1

@@ -58,18 +58,7 @@ func startHostileBroker(t *testing.T, nofile int, env ...string) *hostileBroker 
 		defer logMu.Unlock()
 		return p.logs.Write(b)
 	})
-	require.NoError(t, cmd.Start())
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() { p.kill(t) })
-	u := fmt.Sprintf("http://127.0.0.1:%d", port)
-	checkFor(t, 60*time.Second, 50*time.Millisecond, func() error {
-		s, _, err := tryGet(u + "/health")
-		if err != nil || s != http.StatusOK {
-			return fmt.Errorf("health: %d %w", s, err)
-		}
-		return nil
-	})
-	p.testBroker = &testBroker{URL: u}
+	p.testBroker = &testBroker{URL: p.startHealthy(t, port)}
 	return &hostileBroker{procBroker: p, pid: cmd.Process.Pid}
 }
 

@@ -27,6 +27,24 @@ type procBroker struct {
 	logs   *strings.Builder
 }
 
+// startHealthy starts p's process, has it killed at the test's end, waits
+// until it answers /health on port and returns its URL.
+func (p *procBroker) startHealthy(t *testing.T, port int) string {
+	t.Helper()
+	require.NoError(t, p.cmd.Start())
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() { p.kill(t) })
+	u := fmt.Sprintf("http://127.0.0.1:%d", port)
+	checkFor(t, 60*time.Second, 50*time.Millisecond, func() error {
+		s, _, err := tryGet(u + "/health")
+		if err != nil || s != http.StatusOK {
+			return fmt.Errorf("health: %d %w", s, err)
+		}
+		return nil
+	})
+	return u
+}
+
 // startProcBroker starts a broker process (brokerProcess) on schema and waits
 // until it is healthy.
 func startProcBroker(t *testing.T, schema string) *procBroker {
@@ -39,18 +57,7 @@ func startProcBroker(t *testing.T, schema string) *procBroker {
 		"QUEEN_SCHEMA="+schema, "DB_POOL_SIZE=4")
 	p := &procBroker{cmd: cmd, exited: make(chan error, 1), logs: &strings.Builder{}}
 	cmd.Stderr = p.logs
-	require.NoError(t, cmd.Start())
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() { p.kill(t) })
-	u := fmt.Sprintf("http://127.0.0.1:%d", port)
-	checkFor(t, 60*time.Second, 50*time.Millisecond, func() error {
-		s, _, err := tryGet(u + "/health")
-		if err != nil || s != http.StatusOK {
-			return fmt.Errorf("health: %d %w", s, err)
-		}
-		return nil
-	})
-	p.testBroker = &testBroker{URL: u, Schema: schema}
+	p.testBroker = &testBroker{URL: p.startHealthy(t, port), Schema: schema}
 	return p
 }
 
