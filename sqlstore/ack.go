@@ -94,64 +94,26 @@ func completionsOnly(items []reginatype.AckItem, idx []int) bool {
 // update. The same reads and rules as ackPartition (completionsOnly items:
 // no dead letter to copy between them).
 func (s *Store) ackCompletions(ctx context.Context, group string, p partition.UUID,
-	items []reginatype.AckItem, idx []int, results []reginatype.AckResult) (err error) {
+	items []reginatype.AckItem, idx []int, results []reginatype.AckResult) error {
 	pid := [16]byte(p)
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	open := false
-	defer func() {
-		if err != nil && open {
-			// The connection goes back to the pool outside a transaction
-			// (pgxpool closes one that is still in one).
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	s.queueAckReads(b, pid, group, items, idx)
-	br := conn.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return err
-	}
-	open = true
-	st, err := readAckState(br)
-	if err != nil {
-		return err
-	}
-	upd, err := applyAcks(&st, items, idx, results, func(int64, string, int) error {
-		return errors.New("ackCompletions: a dead letter to copy") // completionsOnly: cannot happen
-	})
-	if err != nil {
-		return err
-	}
-	b = &pgx.Batch{}
-	if upd.write {
-		b.Queue(s.sql.updateConsumerAfterAck, pid, group, upd.cursor, upd.released, upd.retryCount)
-	}
-	b.Queue("COMMIT")
-	br = conn.SendBatch(ctx, b)
-	if upd.write {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
+	return s.inPipeTx(ctx, func(t *pipeTx) error {
+		br, err := t.sendBatch(ctx, func(b *pgx.Batch) { s.queueAckReads(b, pid, group, items, idx) })
+		if err != nil {
 			return err
 		}
-	}
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	open = false
-	if tag.String() == "ROLLBACK" {
-		return pgx.ErrTxCommitRollback
-	}
-	return nil
+		st, err := readAckState(br)
+		if err != nil {
+			return err
+		}
+		upd, err := applyAcks(&st, items, idx, results, func(int64, string, int) error {
+			return errors.New("ackCompletions: a dead letter to copy") // completionsOnly: cannot happen
+		})
+		if err != nil || !upd.write {
+			return err
+		}
+		_, err = t.Exec(ctx, s.sql.updateConsumerAfterAck, pid, group, upd.cursor, upd.released, upd.retryCount)
+		return err // the update goes with COMMIT
+	})
 }
 
 // queueAckReads queues an ack's reads of one partition: its queue's and

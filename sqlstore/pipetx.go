@@ -46,6 +46,16 @@ func (t *pipeTx) Exec(_ context.Context, sql string, args ...any) (pgconn.Comman
 // not empty) in one round trip, and returns the results with the queued
 // ones read.
 func (t *pipeTx) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	return t.sendBatch(ctx, func(b *pgx.Batch) {
+		if sql != "" {
+			b.Queue(sql, args...)
+		}
+	})
+}
+
+// sendBatch is send with the statements whose results are read queued by
+// reads (after BEGIN and the waiting ones, in one round trip).
+func (t *pipeTx) sendBatch(ctx context.Context, reads func(*pgx.Batch)) (pgx.BatchResults, error) {
 	if err := t.closePending(); err != nil {
 		return nil, err
 	}
@@ -58,9 +68,7 @@ func (t *pipeTx) send(ctx context.Context, sql string, args []any) (pgx.BatchRes
 	for _, q := range t.queued {
 		b.Queue(q.sql, q.args...)
 	}
-	if sql != "" {
-		b.Queue(sql, args...)
-	}
+	reads(b)
 	t.begun = true
 	t.queued = t.queued[:0]
 	br := t.conn.SendBatch(ctx, b)
