@@ -99,17 +99,7 @@ func BenchmarkPopScale(b *testing.B) {
 				t0 := time.Now()
 				res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "scale", Batch: 1})
 				lat = append(lat, time.Since(t0))
-				if err != nil {
-					b.Fatal(err)
-				}
-				if len(res.Messages) != 1 {
-					b.Fatalf("pop answered %d messages while work waited (%s)", len(res.Messages), res.Empty)
-				}
-				m := res.Messages[0]
-				if _, err := st.Ack(ctx, reginatype.QueueModeGroup, []reginatype.AckItem{{TransactionID: m.TransactionID,
-					PartitionID: m.PartitionID, LeaseID: res.LeaseID, HasLease: true, Status: reginatype.AckCompleted}}); err != nil {
-					b.Fatal(err)
-				}
+				ackTheOne(ctx, b, st, res, err)
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
@@ -229,17 +219,7 @@ func BenchmarkPopAckOneCPU(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "one", Batch: 1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(res.Messages) != 1 {
-			b.Fatalf("pop answered %d messages (%s)", len(res.Messages), res.Empty)
-		}
-		m := res.Messages[0]
-		if _, err := st.Ack(ctx, reginatype.QueueModeGroup, []reginatype.AckItem{{TransactionID: m.TransactionID,
-			PartitionID: m.PartitionID, LeaseID: res.LeaseID, HasLease: true, Status: reginatype.AckCompleted}}); err != nil {
-			b.Fatal(err)
-		}
+		ackTheOne(ctx, b, st, res, err)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(backendTicks(b, pid)-cpu0)/procstat.ClockTicks()*1e6/float64(b.N), "pg-µs/msg")
@@ -253,4 +233,21 @@ func selfCPU() int64 {
 		return 0
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// ackTheOne checks that a one-message pop (its result and error) answered
+// exactly one message while work waited, and acks it completed.
+func ackTheOne(ctx context.Context, b *testing.B, st *sqlstore.Store, res reginatype.PopResult, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(res.Messages) != 1 {
+		b.Fatalf("pop answered %d messages while work waited (%s)", len(res.Messages), res.Empty)
+	}
+	m := res.Messages[0]
+	if _, err := st.Ack(ctx, reginatype.QueueModeGroup, []reginatype.AckItem{{TransactionID: m.TransactionID,
+		PartitionID: m.PartitionID, LeaseID: res.LeaseID, HasLease: true, Status: reginatype.AckCompleted}}); err != nil {
+		b.Fatal(err)
+	}
 }

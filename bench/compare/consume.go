@@ -105,22 +105,7 @@ func (h *harness) drainPhase(name string, round, consumers, total int, g procGro
 	if got.n.Load() < int64(total) {
 		res.Partial = true
 	}
-	var lat []uint32
-	for _, r := range recs {
-		res.Ops += r.ops
-		res.Errors += r.errors
-		res.Anomalies += r.anomalies
-		if res.ErrSample == "" {
-			res.ErrSample = r.errSample
-		}
-		lat = append(lat, r.lat...)
-	}
-	if res.Window > 0 {
-		res.MsgsPerSec = float64(res.Msgs) / res.Window
-		res.OpsPerSec = float64(res.Ops) / res.Window
-	}
-	slices.Sort(lat)
-	res.P50, res.P99, res.P999 = quantileMs(lat, 0.50), quantileMs(lat, 0.99), quantileMs(lat, 0.999)
+	res.tally(recs)
 	res.CPU = cpuBetween(a, b)
 	line := fmt.Sprintf("    -> %s msgs/s (%d in %.1f s), pop+ack p50 %s ms, p99 %s ms", fmtRate(res.MsgsPerSec), res.Msgs, res.Window,
 		fmtMs(res.P50), fmtMs(res.P99))
@@ -655,15 +640,8 @@ func (h *harness) blockConsume(r int) error {
 			h.stopBroker()
 		}
 	}()
-	if err := h.httpDrains(b.url, "regina", r, h.procs(b), phConsRegina, phConsReginaGroups); err != nil {
+	if err := h.httpConsume(b.url, "regina", "cmp_steady_", r, h.procs(b), phConsRegina, phConsReginaGroups, phSteadyRegina); err != nil {
 		return err
-	}
-	if h.stop.Err() == nil {
-		q := "cmp_steady_" + strconv.Itoa(r) + "_" + h.runTag
-		if _, err := configureQueue(h.stop, b.url, q, 3600); err != nil {
-			return err
-		}
-		h.steady(phSteadyRegina, b.url, q, r, h.procs(b), h.steadyRate())
 	}
 	h.stopBroker()
 	stopped = true
@@ -681,17 +659,25 @@ func (h *harness) blockConsume(r int) error {
 		}
 	}
 	if q := h.queen; q != nil && h.stop.Err() == nil {
-		if err := h.httpDrains(q.url, "queen", r, q.procs(h), phConsQueen, phConsQueenGroups); err != nil {
-			return err
-		}
-		if h.stop.Err() == nil {
-			qq := "cmp_steady_q_" + strconv.Itoa(r) + "_" + h.runTag
-			if _, err := configureQueue(h.stop, q.url, qq, 3600); err != nil {
-				return err
-			}
-			h.steady(phSteadyQueen, q.url, qq, r, q.procs(h), h.steadyRate())
-		}
+		return h.httpConsume(q.url, "queen", "cmp_steady_q_", r, q.procs(h), phConsQueen, phConsQueenGroups, phSteadyQueen)
 	}
+	return nil
+}
+
+// httpConsume runs a Queen-API broker's drains (queue mode and groups),
+// then its steady phase on a queue named steadyPrefix + round + run tag.
+func (h *harness) httpConsume(url, system, steadyPrefix string, r int, g procGroups, phDrain, phGroups, phSteady string) error {
+	if err := h.httpDrains(url, system, r, g, phDrain, phGroups); err != nil {
+		return err
+	}
+	if h.stop.Err() != nil {
+		return nil
+	}
+	q := steadyPrefix + strconv.Itoa(r) + "_" + h.runTag
+	if _, err := configureQueue(h.stop, url, q, 3600); err != nil {
+		return err
+	}
+	h.steady(phSteady, url, q, r, g, h.steadyRate())
 	return nil
 }
 

@@ -290,17 +290,9 @@ func (h *harness) drive(spec phaseSpec, work workFunc) (*PhaseResult, [][]int32)
 		res.Partial = true
 	}
 	res.Window = end.Sub(pc.warmEnd).Seconds()
-	var lat []uint32
 	seqs := make([][]int32, spec.workers)
 	for w, r := range recs {
 		res.Msgs += r.msgs
-		res.Ops += r.ops
-		res.Anomalies += r.anomalies
-		res.Errors += r.errors
-		if res.ErrSample == "" {
-			res.ErrSample = r.errSample
-		}
-		lat = append(lat, r.lat...)
 		seqs[w] = r.okSeqs
 		if r.perSec != nil {
 			if res.Timeline == nil {
@@ -311,12 +303,7 @@ func (h *harness) drive(spec phaseSpec, work workFunc) (*PhaseResult, [][]int32)
 			}
 		}
 	}
-	if res.Window > 0 {
-		res.MsgsPerSec = float64(res.Msgs) / res.Window
-		res.OpsPerSec = float64(res.Ops) / res.Window
-	}
-	slices.Sort(lat)
-	res.P50, res.P99, res.P999 = quantileMs(lat, 0.50), quantileMs(lat, 0.99), quantileMs(lat, 0.999)
+	res.tally(recs)
 	if haveA && !b.at.IsZero() {
 		res.CPU = cpuBetween(a, b)
 	}
@@ -721,4 +708,26 @@ func setPostJSON(req *fasthttp.Request, uri string, body []byte) {
 	req.SetRequestURI(uri)
 	req.Header.SetContentType("application/json")
 	req.SetBody(body)
+}
+
+// tally adds the workers' operations, errors, anomalies and latencies to
+// r and sets its rates and latency quantiles (r.Msgs and r.Window
+// already set).
+func (r *PhaseResult) tally(recs []*workerRec) {
+	var lat []uint32
+	for _, w := range recs {
+		r.Ops += w.ops
+		r.Errors += w.errors
+		r.Anomalies += w.anomalies
+		if r.ErrSample == "" {
+			r.ErrSample = w.errSample
+		}
+		lat = append(lat, w.lat...)
+	}
+	if r.Window > 0 {
+		r.MsgsPerSec = float64(r.Msgs) / r.Window
+		r.OpsPerSec = float64(r.Ops) / r.Window
+	}
+	slices.Sort(lat)
+	r.P50, r.P99, r.P999 = quantileMs(lat, 0.50), quantileMs(lat, 0.99), quantileMs(lat, 0.999)
 }
