@@ -34,6 +34,17 @@ func textProblem(s string) string {
 	return ""
 }
 
+// textProblemBytes is textProblem of b without converting it.
+func textProblemBytes(b []byte) string {
+	switch {
+	case bytes.IndexByte(b, 0) >= 0:
+		return "must not contain NUL characters (\\u0000)"
+	case !utf8.Valid(b):
+		return "must be valid UTF-8"
+	}
+	return ""
+}
+
 // checkParams answers 400 naming the parameter when a path parameter of r
 // or a query parameter of the request is not usable text (textProblem),
 // and returns false; true lets the route run.
@@ -53,12 +64,11 @@ func checkParams(ctx *fasthttp.RequestCtx, r *Route, params []string) bool {
 		}
 	}
 	for k, v := range ctx.QueryArgs().All() {
-		key := string(k)
 		bad := ""
-		if p := textProblem(key); p != "" {
-			bad = "Query parameter name " + strconv.QuoteToASCII(key) + " " + p
-		} else if p := textProblem(string(v)); p != "" {
-			bad = "Query parameter " + key + " " + p
+		if p := textProblemBytes(k); p != "" {
+			bad = "Query parameter name " + strconv.QuoteToASCII(string(k)) + " " + p
+		} else if p := textProblemBytes(v); p != "" {
+			bad = "Query parameter " + string(k) + " " + p
 		}
 		if bad != "" {
 			writeError(ctx, fasthttp.StatusBadRequest, bad)
