@@ -2,7 +2,7 @@ package actor
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +35,9 @@ type ConsumeConfig struct {
 	Timeout time.Duration
 }
 
-// ErrConsumeClosed is returned to requests that arrive after Close.
-var ErrConsumeClosed = errors.New("consume batcher closed")
+// ErrConsumeClosed is returned to requests that arrive after Close; it
+// wraps reginatype.ErrShuttingDown (a 503 the client retries elsewhere).
+var ErrConsumeClosed = fmt.Errorf("consume batcher closed: %w", reginatype.ErrShuttingDown)
 
 // ConsumeBatcher group-commits pops and acks, as the partition actors do
 // pushes: a request goes to an idle sender at once (a lone pop is not

@@ -406,7 +406,11 @@ func (s *Server) ack(ctx *fasthttp.RequestCtx, group string, items []reginatype.
 	var res []reginatype.AckResult
 	if good := withoutRefused(items, refused); len(good) > 0 {
 		var err error
-		if res, err = s.b.Acker.Ack(ctx, group, good); err != nil {
+		// Not under ctx: the server's shutdown ends it, and an ack already
+		// queued would then answer "outcome unknown" although the batcher
+		// (closed after the server) still applies it; the batcher's own
+		// timeout bounds the wait.
+		if res, err = s.b.Acker.Ack(context.WithoutCancel(ctx), group, good); err != nil {
 			s.writeCoreError(ctx, err)
 			return
 		}

@@ -305,7 +305,11 @@ func errorStatus(err error) (status int, msg string) {
 		return fasthttp.StatusServiceUnavailable, "Partition mailbox is full; retry with backoff"
 	case errors.Is(err, reginatype.ErrShuttingDown):
 		return fasthttp.StatusServiceUnavailable, "Broker is shutting down; retry on another broker or later"
-	case errors.Is(err, reginatype.ErrOutcomeUnknown):
+	case errors.Is(err, reginatype.ErrOutcomeUnknown), errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded):
+		// A context that ended mid-statement (the broker shutting down under
+		// a request, a store timeout) leaves the outcome unknown; it is never
+		// the client's input, so never a 500.
 		return fasthttp.StatusServiceUnavailable, "Outcome unknown: the request may or may not have taken effect; " +
 			"retrying is safe (a push retried with the same transactionId is deduplicated)"
 	case errors.Is(err, reginatype.ErrNoEncryptionKey):
