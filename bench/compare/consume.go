@@ -44,11 +44,14 @@ import (
 //     (batch -steady-batch, wait=true) for warmup + duration: produced and
 //     consumed msgs/s, push→pop latency of every message consumed (its
 //     payload carries its send time), CPU per consumed message.
+//   - Wake (wake_<sys>, wake.go): a pop waiting on an empty partition, one
+//     push, the time from the push's answer to the pop's answer.
 //
 // Ratios (the last line's keys): consume/jetstream_sync_B = Regina's
 // queue-mode drain / JetStream's durable AckSync drain at batch B;
 // consume/cpu_us_1 = broker + backends CPU µs per message of Regina's batch-1
-// drain; steady/keepup = consumed / produced; steady/p99_ms.
+// drain; steady/keepup = consumed / produced; steady/p99_ms;
+// consume/wake_p50_ms.
 
 // Phase names of block K (the batch is appended to the drains').
 const (
@@ -640,7 +643,7 @@ func (h *harness) blockConsume(r int) error {
 			h.stopBroker()
 		}
 	}()
-	if err := h.httpConsume(b.url, "regina", "cmp_steady_", r, h.procs(b), phConsRegina, phConsReginaGroups, phSteadyRegina); err != nil {
+	if err := h.httpConsume(b.url, "regina", "cmp_steady_", r, h.procs(b), phConsRegina, phConsReginaGroups, phSteadyRegina, phWakeRegina); err != nil {
 		return err
 	}
 	h.stopBroker()
@@ -659,14 +662,15 @@ func (h *harness) blockConsume(r int) error {
 		}
 	}
 	if q := h.queen; q != nil && h.stop.Err() == nil {
-		return h.httpConsume(q.url, "queen", "cmp_steady_q_", r, q.procs(h), phConsQueen, phConsQueenGroups, phSteadyQueen)
+		return h.httpConsume(q.url, "queen", "cmp_steady_q_", r, q.procs(h), phConsQueen, phConsQueenGroups, phSteadyQueen, phWakeQueen)
 	}
 	return nil
 }
 
 // httpConsume runs a Queen-API broker's drains (queue mode and groups),
-// then its steady phase on a queue named steadyPrefix + round + run tag.
-func (h *harness) httpConsume(url, system, steadyPrefix string, r int, g procGroups, phDrain, phGroups, phSteady string) error {
+// then its steady phase on a queue named steadyPrefix + round + run tag,
+// then its long-poll wake-ups (wake).
+func (h *harness) httpConsume(url, system, steadyPrefix string, r int, g procGroups, phDrain, phGroups, phSteady, phWake string) error {
 	if err := h.httpDrains(url, system, r, g, phDrain, phGroups); err != nil {
 		return err
 	}
@@ -678,13 +682,16 @@ func (h *harness) httpConsume(url, system, steadyPrefix string, r int, g procGro
 		return err
 	}
 	h.steady(phSteady, url, q, r, g, h.steadyRate())
-	return nil
+	if h.stop.Err() != nil {
+		return nil
+	}
+	return h.wakePhase(h.stop, phWake, url, steadyPrefix+"wake_", r)
 }
 
 // consumeText writes block K's section of RESULTS.md and returns the last
 // line's keys.
 func (h *harness) consumeText(b *strings.Builder) string {
-	if len(h.byName(phConsRegina+"1", "")) == 0 && len(h.byName(phSteadyRegina, "")) == 0 {
+	if len(h.byName(phConsRegina+"1", "")) == 0 && len(h.byName(phSteadyRegina, "")) == 0 && len(h.byName(phWakeRegina, "")) == 0 {
 		return ""
 	}
 	c := h.cfg
@@ -766,7 +773,39 @@ func (h *harness) consumeText(b *strings.Builder) string {
 			keys = append(keys, "steady/keepup="+fmtRatio(median(keep)), "steady/p99_ms="+strconv.FormatFloat(median(p99), 'f', 0, 64))
 		}
 	}
+	keys = append(keys, h.wakeText(b)...)
 	return strings.Join(keys, " ")
+}
+
+// wakeText writes the long-poll wake-up rows of block K and returns the
+// last line's key (consume/wake_p50_ms, Regina's median over rounds).
+func (h *harness) wakeText(b *strings.Builder) []string {
+	var keys []string
+	header := false
+	for _, ph := range []string{phWakeRegina, phWakeQueen} {
+		rs := h.byName(ph, "")
+		if len(rs) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(b, "\nLong-poll wake-up: a pop waits (`wait=true`, one partition, autoAck) on an empty partition, one message "+
+				"is pushed %s later; latency from the push's answer (its commit) to the pop's answer, 0 when the pop was answered "+
+				"first; %d samples a round, medians over rounds.\n\n| phase | p50 ms | p99 ms | samples | errors |\n|---|---|---|---|---|\n",
+				wakeSettle, wakeSamples)
+			header = true
+		}
+		var p50, p99 []float64
+		var n, errs int64
+		for _, r := range rs {
+			p50, p99 = append(p50, r.P50), append(p99, r.P99)
+			n, errs = n+r.Ops, errs+r.Errors
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %d |\n", ph, fmtMs(median(p50)), fmtMs(median(p99)), n, errs)
+		if ph == phWakeRegina {
+			keys = append(keys, "consume/wake_p50_ms="+strconv.FormatFloat(median(p50), 'f', 2, 64))
+		}
+	}
+	return keys
 }
 
 // consumeCPU is the median over rounds of the CPU µs per message consumed
