@@ -24,6 +24,10 @@ import (
 // shared transaction fails, each pop is run again alone, so one pop's
 // failure is its own. res[i] and errs[i] answer reqs[i].
 func (s *Store) PopMany(ctx context.Context, reqs []reginatype.PopRequest, res []reginatype.PopResult, errs []error) {
+	if len(reqs) == 1 { // a lone pop: Pop's round trips (popFused)
+		res[0], errs[0] = s.Pop(ctx, reqs[0])
+		return
+	}
 	type prepKey struct {
 		queue, group string
 		catchUp, new bool

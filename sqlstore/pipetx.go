@@ -34,6 +34,17 @@ type pipeTx struct {
 	begun   bool
 	queued  []queuedExec
 	pending pgx.BatchResults // the last round trip's, closed before the next
+	// before, when set, is a statement run in a transaction of its own
+	// (BEGIN, it, COMMIT) ahead of this one's BEGIN, in the same round trip;
+	// scan reads its row, and an error from either fails the transaction.
+	before *preStatement
+}
+
+// preStatement is pipeTx.before.
+type preStatement struct {
+	sql  string
+	args []any
+	scan func(pgx.Row) error
 }
 
 // Exec queues sql: it goes with the next round trip.
@@ -61,6 +72,15 @@ func (t *pipeTx) sendBatch(ctx context.Context, reads func(*pgx.Batch)) (pgx.Bat
 	}
 	b := &pgx.Batch{}
 	n := len(t.queued)
+	pre := t.before
+	t.before = nil
+	if pre != nil && !t.begun {
+		b.Queue("BEGIN")
+		b.Queue(pre.sql, pre.args...)
+		b.Queue("COMMIT")
+	} else {
+		pre = nil
+	}
 	if !t.begun {
 		b.Queue("BEGIN")
 		n++
@@ -72,6 +92,12 @@ func (t *pipeTx) sendBatch(ctx context.Context, reads func(*pgx.Batch)) (pgx.Bat
 	t.begun = true
 	t.queued = t.queued[:0]
 	br := t.conn.SendBatch(ctx, b)
+	if pre != nil {
+		if err := readBefore(br, pre); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
 	for range n {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
@@ -80,6 +106,24 @@ func (t *pipeTx) sendBatch(ctx context.Context, reads func(*pgx.Batch)) (pgx.Bat
 	}
 	t.pending = br
 	return br, nil
+}
+
+// readBefore reads the results of a preStatement's BEGIN, row and COMMIT.
+func readBefore(br pgx.BatchResults, pre *preStatement) error {
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	if err := pre.scan(br.QueryRow()); err != nil {
+		return err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
 }
 
 func (t *pipeTx) closePending() error {

@@ -44,6 +44,12 @@ type popCandidate struct {
 // partitions.
 func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.PopResult, error) {
 	normalizePop(&req)
+	if res, err, ok := s.popFused(ctx, &req); ok {
+		if err != nil {
+			return reginatype.PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
+		}
+		return res, nil
+	}
 	q, subFrom, found, err := s.popPrepare(ctx, &req)
 	if err != nil {
 		return reginatype.PopResult{}, fmt.Errorf("pop %s/%s: %w", req.Queue, req.Partition, classify(err))
@@ -52,6 +58,68 @@ func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.
 		return reginatype.PopResult{Empty: "queue_not_found"}, nil
 	}
 	return s.popAlone(ctx, &q, subFrom, &req)
+}
+
+// errQueueMoved fails a fused pop whose queue is not the one its id was
+// cached for (deleted, or deleted and created again).
+var errQueueMoved = errors.New("queue id changed")
+
+// popFused is an any-partition pop in one round trip less: the catch-up
+// (queen.pop_prepare, in a transaction of its own, as in popPrepare) goes
+// in the same round trip as the claim's BEGIN and candidate query, which
+// takes the queue's id from the store's cache (queueIDs, filled by
+// popPrepare). It answers ok false, having changed nothing the pop would
+// not have, when it does not apply (Citus, a named partition, a queue not
+// cached), finds the queue's id changed or meets a deadlock (nothing
+// claimed: the claim's transaction is rolled back): the caller then pops
+// the usual way. Any other error is the pop's.
+func (s *Store) popFused(ctx context.Context, req *reginatype.PopRequest) (reginatype.PopResult, error, bool) { //nolint:revive // the flag says whether the rest applies
+	if s.citus != nil || req.Partition != "" {
+		return reginatype.PopResult{}, nil, false
+	}
+	v, ok := s.queueIDs.Load(req.Queue)
+	if !ok {
+		return reginatype.PopResult{}, nil, false
+	}
+	q := queueInfo{id: v.([16]byte)}
+	var from *time.Time
+	if req.Group != reginatype.QueueModeGroup && !req.SubscriptionFrom.IsZero() {
+		from = &req.SubscriptionFrom
+	}
+	var res reginatype.PopResult
+	err := s.inPipeTx(ctx, func(tx *pipeTx) error {
+		tx.before = &preStatement{sql: s.sql.popPrepare, args: []any{req.Queue, req.Group, req.SubscriptionNew, from, true},
+			scan: func(row pgx.Row) error {
+				var (
+					id                  *[16]byte
+					subFrom             *time.Time
+					caught, scanned     int
+					lease, del, wb, lim int
+				)
+				if err := row.Scan(&id, &lease, &del, &wb, &lim, &subFrom, &caught, &scanned); err != nil {
+					return err
+				}
+				if id == nil || *id != q.id {
+					return errQueueMoved
+				}
+				q.leaseTime, q.delayed, q.windowBuffer, q.lim = lease, del, wb, lim
+				if q.leaseTime <= 0 {
+					q.leaseTime = 60
+				}
+				return nil
+			}}
+		var err error
+		res, err = s.popIn(ctx, tx, &q, nil, req)
+		return err
+	})
+	switch {
+	case errors.Is(err, errQueueMoved):
+		s.queueIDs.Delete(req.Queue)
+		return reginatype.PopResult{}, nil, false
+	case isRetryableTxError(err): // rolled back: the usual way retries
+		return reginatype.PopResult{}, nil, false
+	}
+	return res, err, true
 }
 
 // normalizePop applies a pop's defaults.
@@ -225,9 +293,11 @@ func (s *Store) popPrepare(ctx context.Context, req *reginatype.PopRequest) (que
 			return q, nil, false, err
 		}
 		if id == nil {
+			s.queueIDs.Delete(req.Queue)
 			return q, nil, false, nil
 		}
 		q.id = *id
+		s.queueIDs.Store(req.Queue, q.id)
 		if q.leaseTime <= 0 {
 			q.leaseTime = 60
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -106,6 +107,9 @@ type Store struct {
 	sidecar *sidecarWidth
 	// citus is set on a Citus database (citus.go); nil on plain PostgreSQL.
 	citus *citusState
+	// queueIDs maps a queue's name to its id as popPrepare last found it
+	// (string -> [16]byte), for popFused.
+	queueIDs *sync.Map
 }
 
 // Open connects, applies migrations and returns a ready Store.
@@ -170,7 +174,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema),
 		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
-		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds,
+		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds, queueIDs: &sync.Map{},
 		sidecar: &sidecarWidth{fixed: cfg.SidecarChildSeconds}}
 	if onCitus {
 		s.citus = newCitusState(cfg.Schema)
