@@ -113,34 +113,24 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 			}
 			return nil
 		}
-		// Candidates come locked; one that turns out to have nothing
-		// servable is set aside (its row updated, so the next round does
-		// not return it) and the next is taken. Bounded: each round sets
+		// Candidates come locked (on Citus they are locked one by one);
+		// one that turns out to have nothing servable is set aside (its
+		// row updated, so the next round does not return it; on Citus it
+		// left the cache) and the next is taken. Bounded: each round sets
 		// aside at least one row.
 		for round := 0; round < 8 && len(res.Claimed) < req.Partitions && len(res.Messages) < req.Batch; round++ {
 			want := req.Partitions - len(res.Claimed)
-			rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, req.Group, want)
-			if err != nil {
-				return err
-			}
 			var candidates []popCandidate
-			for rows.Next() {
-				var c popCandidate
-				dest := []any{(*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd}
-				if s.citus != nil {
-					// On Citus the scan locks nothing and names the rows
-					// only: popPartition locks each on its worker.
-					dest = dest[:2]
-				}
-				if err := rows.Scan(dest...); err != nil {
-					rows.Close()
+			if s.citus != nil {
+				// On Citus the candidates come from the store's cache
+				// (citus_ready.go), named only: popPartition locks each
+				// on its worker.
+				candidates = s.citusTake(q.id, req.Group, want)
+			} else {
+				var err error
+				if candidates, err = s.readCandidates(ctx, tx, q, req.Group, want); err != nil {
 					return err
 				}
-				candidates = append(candidates, c)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
 			}
 			if len(candidates) == 0 {
 				break
@@ -153,9 +143,13 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 				if s.citus != nil {
 					locked = nil
 				}
-				got, _, err := s.popPartition(ctx, tx, q, req, c.ClaimedPartition, locked, leaseID, req.Batch-len(res.Messages), false)
+				limit := req.Batch - len(res.Messages)
+				got, _, err := s.popPartition(ctx, tx, q, req, c.ClaimedPartition, locked, leaseID, limit, false)
 				if err != nil {
 					return fmt.Errorf("partition %s: %w", c.Name, err)
+				}
+				if s.citus != nil && req.AutoAck && len(got) == limit {
+					s.citusPutBack(q.id, req.Group, c.ClaimedPartition) // no lease holds it: maybe more to read
 				}
 				if len(got) > 0 {
 					res.Claimed = append(res.Claimed, c.ClaimedPartition)
@@ -171,6 +165,26 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 		return nil
 	}()
 	return res, err
+}
+
+// readCandidates reads (and locks) up to want candidates of the group from
+// the ready index: the plain PostgreSQL candidate scan.
+func (s *Store) readCandidates(ctx context.Context, tx querier, q *queueInfo, group string, want int) ([]popCandidate, error) {
+	rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, group, want)
+	if err != nil {
+		return nil, err
+	}
+	var candidates []popCandidate
+	for rows.Next() {
+		var c popCandidate
+		if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		candidates = append(candidates, c)
+	}
+	rows.Close()
+	return candidates, rows.Err()
 }
 
 // HasWork reports whether a pop like req could be served now, without
@@ -189,6 +203,11 @@ func (s *Store) HasWork(ctx context.Context, req reginatype.PopRequest) (bool, e
 	}
 	if !found {
 		return false, nil
+	}
+	if s.citus != nil && part == "" {
+		// The catch-up above filled the group's cache of candidates
+		// (or found it fresh): no worker is asked again.
+		return s.citusHasReady(q.id, req.Group), nil
 	}
 	var has bool
 	if err := s.pool.QueryRow(ctx, s.sql.popHasWork, q.id, req.Group, nullIfEmpty(part)).Scan(&has); err != nil {
