@@ -40,8 +40,9 @@ type popCandidate struct {
 // An any-partition pop first brings the group's cursor rows up to date with
 // the pushes committed since its last look (queen.pop_prepare, its own
 // statement), then takes the cursor rows with unread work that waited
-// longest from the ready index: its cost follows the work, not the number of
-// partitions.
+// longest from the ready index (on Citus from the store's cache of each
+// worker's ready rows: citus_ready.go): its cost follows the work, not the
+// number of partitions.
 func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.PopResult, error) {
 	normalizePop(&req)
 	q, subFrom, found, err := s.popPrepare(ctx, &req)
@@ -189,7 +190,8 @@ func (s *Store) readCandidates(ctx context.Context, tx querier, q *queueInfo, gr
 
 // HasWork reports whether a pop like req could be served now, without
 // taking anything: it catches the group up (as a pop does) and looks in the
-// ready index. Long polls ask it once per interval per (queue, group,
+// ready index (on Citus, for any partition, in the cache the catch-up
+// filled). Long polls ask it once per interval per (queue, group,
 // partition), not once per waiting request.
 func (s *Store) HasWork(ctx context.Context, req reginatype.PopRequest) (bool, error) {
 	if req.Group == "" {
