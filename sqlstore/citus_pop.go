@@ -106,9 +106,11 @@ func (s *Store) citusCatchUpNow(ctx context.Context, queue [16]byte, group strin
 				a.err = fmt.Errorf("catch-up on worker %d: %w", k.node, err)
 				return
 			}
-			if a.ready, err = parseCitusReady(ready); err != nil {
-				a.err = fmt.Errorf("ready candidates of worker %d: %w", k.node, err)
+			cands, perr := parseCitusReady(ready)
+			if perr != nil {
+				a.err = fmt.Errorf("ready candidates of worker %d: %w", k.node, perr)
 			}
+			a.ready = cands
 		})
 	}
 	wg.Wait()
