@@ -5,7 +5,8 @@
 # CITUS_TOOL, default ../shared/tools/citus/start-local-citus.sh), runs the
 # Citus tests of sqlstore (a single-partition push is one delegated call on
 # one worker, checked with citus.log_remote_commands; no 2PC per packed
-# push; a cross-worker transaction is atomic; the distribution rule on the
+# push; any-partition pops served from the cache of ready candidates reach
+# one worker each; a cross-worker transaction is atomic; the distribution rule on the
 # catalog) and the broker's end-to-end tests of push verdicts, pop, ack,
 # groups, DLQ, transactions and retention with TEST_DATABASE_URL at the
 # coordinator, then stops the cluster. Skips (exit 0) with a message when

@@ -23,6 +23,7 @@ type ackTarget struct {
 // partition are applied in one transaction, in message order; partitions are
 // independent. Results are in item order.
 func (s *Store) Ack(ctx context.Context, group string, items []reginatype.AckItem) ([]reginatype.AckResult, error) {
+	defer s.citusChanged() // on Citus: an empty cache of pop candidates is filled again
 	if group == "" {
 		group = reginatype.QueueModeGroup
 	}

@@ -84,6 +84,7 @@ var citusFunctions = [][2]string{
 	{"push_segment(uuid,integer,bigint,bytea[],bytea,bytea,integer[],bigint[])", "p_partition"},
 	{"push_dups(uuid,integer,bigint,bytea[],bigint[])", "p_partition"},
 	{"citus_catch_up_worker(uuid,uuid,text,timestamptz,xid8,text)", "p_key"},
+	{"citus_ready_worker(uuid,uuid,text,timestamptz,xid8,text,integer)", "p_key"},
 }
 
 // detectCitus resolves mode against the database: whether the store runs on
@@ -262,36 +263,25 @@ func distribute(ctx context.Context, pool *pgxpool.Pool, schema string, log zero
 
 // citusState is what a store on Citus keeps: the keys that reach each
 // worker (one delegated call per worker for the catch-up), read again after
-// a while so that a worker added or a shard moved is seen.
+// a while so that a worker added or a shard moved is seen, and each group's
+// cache of ready candidates (citus_ready.go).
 type citusState struct {
 	mu      sync.Mutex
 	keys    []citusNodeKey
 	keysAt  time.Time
 	relName string // the schema's partitions table, quoted
-	// pushes counts the pushes this store sent (bumped before each runs),
-	// caught the last catch-up of each (queue, group): see citusCatchUp.
-	pushes atomic.Uint64
-	caught sync.Map // citusGroupKey -> citusCaught
+	// changes counts the pushes, acks and transactions this store sent,
+	// ready the cache of candidates of each (queue, group), reused for
+	// readyTTL: see citusRefresh.
+	changes  atomic.Uint64
+	ready    sync.Map // citusGroupKey -> *citusReady
+	readyTTL time.Duration
 }
 
 // citusGroupKey names a consumer group of a queue.
 type citusGroupKey struct {
 	queue [16]byte
 	group string
-}
-
-// citusCaught is when a group's last catch-up through this store started,
-// and the store's push count then.
-type citusCaught struct {
-	at     time.Time
-	pushes uint64
-}
-
-// citusPushed counts a push this store sends (a no-op off Citus).
-func (s *Store) citusPushed() {
-	if s.citus != nil {
-		s.citus.pushes.Add(1)
-	}
 }
 
 // citusNodeKey is a partition id whose shard lives on worker node
@@ -305,15 +295,15 @@ type citusNodeKey struct {
 const citusKeysTTL = 10 * time.Second
 
 func newCitusState(schema string) *citusState {
-	return &citusState{relName: pgx.Identifier{schema}.Sanitize() + ".partitions"}
+	return &citusState{relName: pgx.Identifier{schema}.Sanitize() + ".partitions", readyTTL: citusCatchUpEvery}
 }
 
 // citusQueries switches the statements whose Citus form differs: the push
 // functions are called as SELECT f(...) (the one form Citus delegates whole
 // to the worker of the partition argument; pushRow reads its composite
-// result), and the candidate scan of a pop locks nothing (Citus cannot lock
-// rows of several shards in one statement; each candidate is then locked
-// on its own worker by lockConsumer, SKIP LOCKED, as before).
+// result). A pop's candidate scan has no Citus form: its candidates come
+// from each worker's queen.citus_ready_worker (citus_ready.go), and each is
+// locked on its own worker by lockConsumer, SKIP LOCKED.
 func (q *queries) citusQueries(schema string) {
 	q.pushSegment = qualify(`SELECT queen.push_segment($1, $2, $3, $4, $5, $6, $7, $8)`, schema)
 	q.pushDups = qualify(`SELECT queen.push_dups($1, $2, $3, $4, $5)`, schema)
@@ -363,7 +353,7 @@ func (q *queries) citusQueries(schema string) {
 		 WHERE q.name = ANY($2::text[])`, schema)
 	q.citusPopPrepare = qualify(`SELECT queue_id, coalesce(lease_time, 0), coalesce(delayed, 0),
 		coalesce(window_buffer, 0), coalesce(retry_limit, 0), sub_from FROM queen.citus_pop_prepare($1, $2, $3, $4)`, schema)
-	q.citusCatchUp = qualify(`SELECT queen.citus_catch_up_worker($1, $2, $3, $4, $5::text::xid8, $6::text)`, schema)
+	q.citusReady = qualify(`SELECT queen.citus_ready_worker($1, $2, $3, $4, $5::text::xid8, $6::text, $7)`, schema)
 	q.citusHorizons = qualify(`SELECT node, horizon::text, running::text FROM queen.group_scan_nodes
 		WHERE queue_id = $1 AND consumer_group = $2`, schema)
 	// A later snapshot (a larger xmax) replaces an earlier one whole.
@@ -371,12 +361,6 @@ func (q *queries) citusQueries(schema string) {
 		VALUES ($1, $2, $3, $4::text::xid8, $5::text::xid8[])
 		ON CONFLICT (queue_id, consumer_group, node) DO UPDATE SET horizon = EXCLUDED.horizon, running = EXCLUDED.running
 		WHERE group_scan_nodes.horizon <= EXCLUDED.horizon`, schema)
-	q.popCandidates = qualify(`SELECT c.partition_id, p.name FROM queen.consumers c
-		  JOIN queen.partitions p ON p.id = c.partition_id
-		 WHERE c.queue_id = $1 AND c.consumer_group = $2 AND c.known_end > c.cursor_offset
-		   AND c.avail_at <= now()
-		 ORDER BY c.avail_at
-		 LIMIT $3`, schema)
 }
 
 // pushRow reads a push function's row: on Citus the call answers one
@@ -385,7 +369,7 @@ func (s *Store) pushRow(r pgx.Row) pgx.Row {
 	if s.citus == nil {
 		return r
 	}
-	s.citusPushed()
+	s.citusChanged()
 	return compositeRow{r}
 }
 

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 
 // citusPopPrepare is popPrepare on Citus: queen.citus_pop_prepare (the
 // queue, a named group's start point), then for an any-partition pop the
-// group's catch-up on every worker (citusCatchUp).
+// group's catch-up and ready candidates on every worker, unless this store's
+// cache of them is fresh (citusRefresh).
 func (s *Store) citusPopPrepare(ctx context.Context, req *reginatype.PopRequest) (queueInfo, *time.Time, bool, error) {
 	var from *time.Time
 	if req.Group != reginatype.QueueModeGroup && !req.SubscriptionFrom.IsZero() {
@@ -35,7 +37,7 @@ func (s *Store) citusPopPrepare(ctx context.Context, req *reginatype.PopRequest)
 	}
 	if req.Partition == "" {
 		for attempt := 1; ; attempt++ {
-			err = s.citusCatchUp(ctx, q.id, req.Group, subFrom)
+			err = s.citusRefresh(ctx, q.id, req.Group, subFrom)
 			if err == nil || attempt >= 4 || !isRetryableTxError(err) {
 				break
 			}
@@ -47,44 +49,18 @@ func (s *Store) citusPopPrepare(ctx context.Context, req *reginatype.PopRequest)
 	return q, subFrom, true, nil
 }
 
-// citusCatchUp catches the group up on every worker: one delegated call of
-// queen.citus_catch_up_worker per worker, with that worker's horizon, and
-// records the horizons that moved.
-//
-// It is skipped when the group caught up through this store less than
-// citusCatchUpEvery ago and this store sent no push since: a pop then
-// reaches no worker for the catch-up. A push through another broker is
-// therefore seen by this broker's pops up to citusCatchUpEvery later (its
-// long polls ask every 200 ms anyway); one through this broker at once.
-func (s *Store) citusCatchUp(ctx context.Context, queue [16]byte, group string, subFrom *time.Time) error {
-	gk := citusGroupKey{queue, group}
-	now := time.Now()
-	pushes := s.citus.pushes.Load()
-	if v, ok := s.citus.caught.Load(gk); ok {
-		if c, ok := v.(citusCaught); ok && c.pushes == pushes && now.Sub(c.at) < citusCatchUpEvery {
-			return nil
-		}
-	}
-	if err := s.citusCatchUpNow(ctx, queue, group, subFrom); err != nil {
-		return err
-	}
-	s.citus.caught.Store(gk, citusCaught{at: now, pushes: pushes})
-	return nil
-}
-
-// citusCatchUpEvery bounds how long a group's catch-up through one store is
-// skipped while the store pushed nothing (citusCatchUp).
-const citusCatchUpEvery = 50 * time.Millisecond
-
-// citusCatchUpNow is the catch-up itself: one delegated call per worker.
-func (s *Store) citusCatchUpNow(ctx context.Context, queue [16]byte, group string, subFrom *time.Time) error {
+// citusCatchUpNow is the catch-up and the ready read on every worker: one
+// delegated call of queen.citus_ready_worker per worker, all at once, with
+// that worker's horizon. It records the horizons that moved and answers the
+// ready candidates of all workers, longest waiting first.
+func (s *Store) citusCatchUpNow(ctx context.Context, queue [16]byte, group string, subFrom *time.Time) ([]citusCandidate, error) {
 	keys, err := s.citusKeys(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, s.sql.citusHorizons, queue, group)
 	if err != nil {
-		return fmt.Errorf("catch-up horizons: %w", err)
+		return nil, fmt.Errorf("catch-up horizons: %w", err)
 	}
 	// Per worker: its last snapshot's xmax and running ids, as text.
 	type horizon struct{ xmax, running string }
@@ -94,20 +70,21 @@ func (s *Store) citusCatchUpNow(ctx context.Context, queue [16]byte, group strin
 		var h horizon
 		if err := rows.Scan(&node, &h.xmax, &h.running); err != nil {
 			rows.Close()
-			return fmt.Errorf("catch-up horizons: %w", err)
+			return nil, fmt.Errorf("catch-up horizons: %w", err)
 		}
 		hs[node] = h
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("catch-up horizons: %w", err)
+		return nil, fmt.Errorf("catch-up horizons: %w", err)
 	}
-	// One delegated call per worker, all at once: the catch-up costs one
-	// round trip, however many workers.
+	// One delegated call per worker, all at once: the catch-up and the
+	// ready read cost one round trip, however many workers.
 	type answer struct {
 		node          int32
 		before        *horizon
 		after, runAft *string
+		ready         []citusCandidate
 		err           error
 	}
 	answers := make([]answer, len(keys))
@@ -120,28 +97,40 @@ func (s *Store) citusCatchUpNow(ctx context.Context, queue [16]byte, group strin
 			xmax, running = &v.xmax, &v.running
 		}
 		wg.Go(func() {
-			var caught int32
-			if err := s.pool.QueryRow(ctx, s.sql.citusCatchUp, k.key, queue, group, subFrom, xmax, running).
-				Scan(pgtypeComposite(&caught, &a.after, &a.runAft, &a.node)); err != nil {
+			var (
+				caught int32
+				ready  string
+			)
+			if err := s.pool.QueryRow(ctx, s.sql.citusReady, k.key, queue, group, subFrom, xmax, running, citusReadyLimit).
+				Scan(pgtypeComposite(&caught, &a.after, &a.runAft, &a.node, &ready)); err != nil {
 				a.err = fmt.Errorf("catch-up on worker %d: %w", k.node, err)
+				return
 			}
+			cands, perr := parseCitusReady(ready)
+			if perr != nil {
+				a.err = fmt.Errorf("ready candidates of worker %d: %w", k.node, perr)
+			}
+			a.ready = cands
 		})
 	}
 	wg.Wait()
+	var all []citusCandidate
 	for _, a := range answers {
 		if a.err != nil {
-			return a.err
+			return nil, a.err
 		}
+		all = append(all, a.ready...)
 	}
 	for _, a := range answers {
 		if a.after == nil || a.runAft == nil || (a.before != nil && *a.after == a.before.xmax && *a.runAft == a.before.running) {
 			continue
 		}
 		if _, err := s.pool.Exec(ctx, s.sql.citusSetHorizon, queue, group, a.node, *a.after, *a.runAft); err != nil {
-			return fmt.Errorf("catch-up horizon of worker %d: %w", a.node, err)
+			return nil, fmt.Errorf("catch-up horizon of worker %d: %w", a.node, err)
 		}
 	}
-	return nil
+	sort.SliceStable(all, func(i, j int) bool { return all[i].avail.Before(all[j].avail) })
+	return all, nil
 }
 
 // citusKeys returns one partition key per worker holding shards (cached for

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,3 +59,12 @@ func (s *Store) PretendServerWas(id string) {
 
 // DecodeHashArray exposes decodeHashArray to the tests.
 var DecodeHashArray = decodeHashArray
+
+// SetCitusReadyTTL sets how long s reuses a group's cache of pop candidates
+// on Citus (citusCatchUpEvery by default), so that a test can count what
+// pops served from the cache send to the workers without racing the clock.
+func (s *Store) SetCitusReadyTTL(d time.Duration) {
+	if s.citus != nil {
+		s.citus.readyTTL = d
+	}
+}

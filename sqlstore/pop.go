@@ -40,8 +40,9 @@ type popCandidate struct {
 // An any-partition pop first brings the group's cursor rows up to date with
 // the pushes committed since its last look (queen.pop_prepare, its own
 // statement), then takes the cursor rows with unread work that waited
-// longest from the ready index: its cost follows the work, not the number of
-// partitions.
+// longest from the ready index (on Citus from the store's cache of each
+// worker's ready rows: citus_ready.go): its cost follows the work, not the
+// number of partitions.
 func (s *Store) Pop(ctx context.Context, req reginatype.PopRequest) (reginatype.PopResult, error) {
 	normalizePop(&req)
 	if res, err, ok := s.popFused(ctx, &req); ok {
@@ -181,34 +182,24 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 			}
 			return nil
 		}
-		// Candidates come locked; one that turns out to have nothing
-		// servable is set aside (its row updated, so the next round does
-		// not return it) and the next is taken. Bounded: each round sets
+		// Candidates come locked (on Citus they are locked one by one);
+		// one that turns out to have nothing servable is set aside (its
+		// row updated, so the next round does not return it; on Citus it
+		// left the cache) and the next is taken. Bounded: each round sets
 		// aside at least one row.
 		for round := 0; round < 8 && len(res.Claimed) < req.Partitions && len(res.Messages) < req.Batch; round++ {
 			want := req.Partitions - len(res.Claimed)
-			rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, req.Group, want)
-			if err != nil {
-				return err
-			}
 			var candidates []popCandidate
-			for rows.Next() {
-				var c popCandidate
-				dest := []any{(*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd}
-				if s.citus != nil {
-					// On Citus the scan locks nothing and names the rows
-					// only: popPartition locks each on its worker.
-					dest = dest[:2]
-				}
-				if err := rows.Scan(dest...); err != nil {
-					rows.Close()
+			if s.citus != nil {
+				// On Citus the candidates come from the store's cache
+				// (citus_ready.go), named only: popPartition locks each
+				// on its worker.
+				candidates = s.citusTake(q.id, req.Group, want)
+			} else {
+				var err error
+				if candidates, err = s.readCandidates(ctx, tx, q, req.Group, want); err != nil {
 					return err
 				}
-				candidates = append(candidates, c)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
 			}
 			if len(candidates) == 0 {
 				break
@@ -221,9 +212,13 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 				if s.citus != nil {
 					locked = nil
 				}
-				got, _, err := s.popPartition(ctx, tx, q, req, c.ClaimedPartition, locked, leaseID, req.Batch-len(res.Messages), false)
+				limit := req.Batch - len(res.Messages)
+				got, _, err := s.popPartition(ctx, tx, q, req, c.ClaimedPartition, locked, leaseID, limit, false)
 				if err != nil {
 					return fmt.Errorf("partition %s: %w", c.Name, err)
+				}
+				if s.citus != nil && req.AutoAck && len(got) == limit {
+					s.citusPutBack(q.id, req.Group, c.ClaimedPartition) // no lease holds it: maybe more to read
 				}
 				if len(got) > 0 {
 					res.Claimed = append(res.Claimed, c.ClaimedPartition)
@@ -241,9 +236,30 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 	return res, err
 }
 
+// readCandidates reads (and locks) up to want candidates of the group from
+// the ready index: the plain PostgreSQL candidate scan.
+func (s *Store) readCandidates(ctx context.Context, tx querier, q *queueInfo, group string, want int) ([]popCandidate, error) {
+	rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, group, want)
+	if err != nil {
+		return nil, err
+	}
+	var candidates []popCandidate
+	for rows.Next() {
+		var c popCandidate
+		if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		candidates = append(candidates, c)
+	}
+	rows.Close()
+	return candidates, rows.Err()
+}
+
 // HasWork reports whether a pop like req could be served now, without
 // taking anything: it catches the group up (as a pop does) and looks in the
-// ready index. Long polls ask it once per interval per (queue, group,
+// ready index (on Citus, for any partition, in the cache the catch-up
+// filled). Long polls ask it once per interval per (queue, group,
 // partition), not once per waiting request.
 func (s *Store) HasWork(ctx context.Context, req reginatype.PopRequest) (bool, error) {
 	if req.Group == "" {
@@ -257,6 +273,11 @@ func (s *Store) HasWork(ctx context.Context, req reginatype.PopRequest) (bool, e
 	}
 	if !found {
 		return false, nil
+	}
+	if s.citus != nil && part == "" {
+		// The catch-up above filled the group's cache of candidates
+		// (or found it fresh): no worker is asked again.
+		return s.citusHasReady(q.id, req.Group), nil
 	}
 	var has bool
 	if err := s.pool.QueryRow(ctx, s.sql.popHasWork, q.id, req.Group, nullIfEmpty(part)).Scan(&has); err != nil {

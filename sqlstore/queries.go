@@ -29,7 +29,7 @@ type queries struct {
 	ensureSidecar, sidecarDropLock, sidecarDropUnlock, sidecarHorizon, expiredSidecar string
 
 	// Citus only (citusQueries).
-	citusPopPrepare, citusCatchUp, citusHorizons, citusSetHorizon string
+	citusPopPrepare, citusReady, citusHorizons, citusSetHorizon string
 	popPrepare, popHasWork, readyAfterConfigure, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
 	windowBufferBusy, readSegments, popAutoAck, popLease, popNotBefore, popNothing string
 	ackPartitionInfo, lockConsumerForAck, resolveOffsets, updateConsumerAfterAck, segmentAt,

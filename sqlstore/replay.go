@@ -80,7 +80,7 @@ func (s *Store) ReplayDLQ(ctx context.Context, partitionID partition.UUID, txID,
 				if l.sub != nil {
 					f.ProducerSub = *l.sub
 				}
-				s.citusPushed()
+				s.citusChanged()
 				if _, err := tx.Exec(ctx, s.sql.replayInsert, pid, next, partition.EncodeSegment([]partition.Frame{f}),
 					[][]byte{h[:]}); err != nil {
 					return err

@@ -168,6 +168,7 @@ func hasNUL(s string) bool {
 // the first two, so no path waits in the other direction. A deadlock or
 // serialization failure reported anyway is retried, up to maxTxnAttempts.
 func (s *Store) StreamCycle(ctx context.Context, c reginatype.StreamCycle) (reginatype.CycleResult, error) {
+	defer s.citusChanged() // on Citus: an empty cache of pop candidates is filled again
 	var res reginatype.CycleResult
 	var err error
 	for attempt := 1; ; attempt++ {

@@ -31,6 +31,7 @@ type txnGroup struct {
 // deadlock each other; a deadlock or serialization failure reported anyway is
 // retried here, up to maxTxnAttempts times.
 func (s *Store) Transaction(ctx context.Context, pushes []reginatype.TxnPush, acks []reginatype.TxnAck, requiredLeases []partition.UUID) (reginatype.TxnResult, error) {
+	defer s.citusChanged() // on Citus: an empty cache of pop candidates is filled again
 	var res reginatype.TxnResult
 	var err error
 	for attempt := 1; ; attempt++ {
