@@ -9,9 +9,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/regina-mq/regina/partition"
 	"github.com/regina-mq/regina/reginatype"
+)
+
+// The errors of an ack's items on a partition that does not exist, and on
+// one the group has no cursor row on.
+const (
+	ackErrNoPartition = "Partition not found"
+	ackErrNoCursor    = "No consumer state for this group on this partition (nothing was delivered)"
 )
 
 type ackTarget struct {
@@ -89,13 +97,17 @@ func completionsOnly(items []reginatype.AckItem, idx []int) bool {
 	return true
 }
 
-// ackCompletions applies completions of one partition in two round trips
-// instead of four: BEGIN goes with the reads (the partition's names, the
-// locked cursor row, the id resolution) and COMMIT with the cursor's
-// update. The same reads and rules as ackPartition (completionsOnly items:
-// no dead letter to copy between them).
+// ackCompletions applies completions of one partition. On plain
+// PostgreSQL it is one statement, queen.ack_completions (ackCompletionsSQL);
+// on Citus two round trips: BEGIN goes with the reads (the partition's
+// names, the locked cursor row, the id resolution) and COMMIT with the
+// cursor's update. The same reads and rules as ackPartition
+// (completionsOnly items: no dead letter to copy between them).
 func (s *Store) ackCompletions(ctx context.Context, group string, p partition.UUID,
 	items []reginatype.AckItem, idx []int, results []reginatype.AckResult) error {
+	if s.citus == nil && !s.ackInGo {
+		return s.ackCompletionsSQL(ctx, group, p, items, idx, results)
+	}
 	pid := [16]byte(p)
 	return s.inPipeTx(ctx, func(t *pipeTx) error {
 		br, err := t.sendBatch(ctx, func(b *pgx.Batch) { s.queueAckReads(b, pid, group, items, idx) })
@@ -115,6 +127,74 @@ func (s *Store) ackCompletions(ctx context.Context, group string, p partition.UU
 		_, err = t.Exec(ctx, s.sql.updateConsumerAfterAck, pid, group, upd.cursor, upd.released, upd.retryCount)
 		return err // the update goes with COMMIT
 	})
+}
+
+// ackCompletionsSQL is ackCompletions in one statement and one round trip:
+// queen.ack_completions applies applyAcks' rules for completions in the
+// database and answers a code per item.
+func (s *Store) ackCompletionsSQL(ctx context.Context, group string, p partition.UUID,
+	items []reginatype.AckItem, idx []int, results []reginatype.AckResult) error {
+	hashes := make([][]byte, len(idx))
+	leases := make([]pgtype.UUID, len(idx))
+	for k, i := range idx {
+		h := partition.HashTxID(items[i].TransactionID)
+		hashes[k] = h[:]
+		if items[i].HasLease {
+			leases[k] = pgtype.UUID{Bytes: items[i].LeaseID, Valid: true}
+		}
+	}
+	var (
+		queueName, partName *string
+		state               int32
+		codes               []int32
+		released            bool
+	)
+	if err := s.pool.QueryRow(ctx, s.sql.ackCompletions, [16]byte(p), group, hashes, leases).
+		Scan(&queueName, &partName, &state, &codes, &released); err != nil {
+		return err
+	}
+	for _, i := range idx {
+		results[i] = reginatype.AckResult{}
+	}
+	switch state {
+	case 1:
+		for _, i := range idx {
+			results[i].Error = ackErrNoPartition
+		}
+		return nil
+	case 2:
+		for _, i := range idx {
+			results[i].QueueName, results[i].PartitionName = deref(queueName), deref(partName)
+			results[i].Error = ackErrNoCursor
+		}
+		return nil
+	}
+	if len(codes) != len(idx) {
+		return fmt.Errorf("ack_completions answered %d codes for %d items", len(codes), len(idx))
+	}
+	for k, i := range idx {
+		r := &results[i]
+		r.QueueName, r.PartitionName = deref(queueName), deref(partName)
+		switch codes[k] {
+		case 0:
+			r.Success, r.LeaseReleased = true, released
+		case 1:
+			r.Error = reginatype.AckErrUnresolvable
+		case 2, 3:
+			r.Error, r.Refused = reginatype.AckErrLease, codes[k] == 3
+		default:
+			return fmt.Errorf("ack_completions answered code %d", codes[k])
+		}
+	}
+	return nil
+}
+
+// deref is *p, or "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // queueAckReads queues an ack's reads of one partition: its queue's and
@@ -201,7 +281,7 @@ func applyAcks(st *ackState, items []reginatype.AckItem, idx []int, results []re
 	dlq func(off int64, errMsg string, retries int) error) (ackUpdate, error) {
 	if st.noPartition {
 		for _, i := range idx {
-			results[i].Error = "Partition not found"
+			results[i].Error = ackErrNoPartition
 		}
 		return ackUpdate{}, nil
 	}
@@ -210,7 +290,7 @@ func applyAcks(st *ackState, items []reginatype.AckItem, idx []int, results []re
 	}
 	if st.noCursor {
 		for _, i := range idx {
-			results[i].Error = "No consumer state for this group on this partition (nothing was delivered)"
+			results[i].Error = ackErrNoCursor
 		}
 		return ackUpdate{}, nil
 	}

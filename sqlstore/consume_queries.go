@@ -113,6 +113,9 @@ func (q *queries) consumerQueries() {
 	// Every stored occurrence of each hash in the sidecar (GIN-driven and
 	// hash-joined, as the full-window probe: functions/resolve_offsets.sql).
 	q.resolveOffsets = `SELECT i, msg_offset FROM queen.resolve_offsets($1, $2::bytea[])`
+	// An ack of completions in one statement (functions/ack_completions.sql).
+	q.ackCompletions = `SELECT queue_name, partition_name, state, codes, released
+		  FROM queen.ack_completions($1, $2, $3::bytea[], $4::uuid[])`
 	q.updateConsumerAfterAck = `UPDATE queen.consumers SET cursor_offset = $3, retry_count = $5,
 		       lease_id = CASE WHEN $4 THEN NULL ELSE lease_id END,
 		       lease_expires_at = CASE WHEN $4 THEN NULL ELSE lease_expires_at END,

@@ -68,3 +68,7 @@ func (s *Store) SetCitusReadyTTL(d time.Duration) {
 		s.citus.readyTTL = d
 	}
 }
+
+// SetAckInGo makes completions go through the reads and rules in Go (two
+// round trips) instead of queen.ack_completions, for tests that compare them.
+func (s *Store) SetAckInGo(v bool) { s.ackInGo = v }

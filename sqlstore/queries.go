@@ -32,7 +32,7 @@ type queries struct {
 	citusPopPrepare, citusReady, citusHorizons, citusSetHorizon string
 	popPrepare, popHasWork, readyAfterConfigure, popPartitionByName, popCandidates, ensureConsumer, lockConsumer,
 	windowBufferBusy, readSegments, popAutoAck, popLease, popNotBefore, popNothing string
-	ackPartitionInfo, lockConsumerForAck, resolveOffsets, updateConsumerAfterAck, segmentAt,
+	ackPartitionInfo, lockConsumerForAck, resolveOffsets, updateConsumerAfterAck, segmentAt, ackCompletions,
 	insertDLQ, extendLease string
 	lockPartition, takeDLQ, replayInsert, liveLeases                                                                string
 	countDLQ, listDLQ, deleteGroupCursors, deleteGroupMeta, seekTargetsExist, seek, setSubscription, resetUnstarted string
@@ -182,7 +182,7 @@ func newQueries(schema string) queries {
 		&q.ensureSidecar, &q.sidecarDropLock, &q.sidecarDropUnlock, &q.sidecarHorizon, &q.expiredSidecar,
 		&q.popPrepare, &q.popHasWork, &q.readyAfterConfigure, &q.popPartitionByName, &q.popCandidates, &q.ensureConsumer, &q.lockConsumer,
 		&q.windowBufferBusy, &q.readSegments, &q.popAutoAck, &q.popLease, &q.popNotBefore, &q.popNothing,
-		&q.ackPartitionInfo, &q.lockConsumerForAck, &q.resolveOffsets, &q.updateConsumerAfterAck, &q.segmentAt,
+		&q.ackPartitionInfo, &q.lockConsumerForAck, &q.resolveOffsets, &q.updateConsumerAfterAck, &q.segmentAt, &q.ackCompletions,
 		&q.insertDLQ, &q.extendLease,
 		&q.countDLQ, &q.listDLQ, &q.deleteGroupCursors, &q.deleteGroupMeta, &q.seekTargetsExist, &q.seek,
 		&q.setSubscription, &q.resetUnstarted, &q.lockPartition, &q.takeDLQ, &q.replayInsert, &q.liveLeases} {

@@ -107,6 +107,10 @@ type Store struct {
 	sidecar *sidecarWidth
 	// citus is set on a Citus database (citus.go); nil on plain PostgreSQL.
 	citus *citusState
+	// ackInGo applies completions with the reads and rules in Go (two
+	// round trips) instead of queen.ack_completions: set by tests that
+	// compare the two.
+	ackInGo bool
 	// queueIDs maps a queue's name to its id as popPrepare last found it
 	// (string -> [16]byte), for popFused.
 	queueIDs *sync.Map
