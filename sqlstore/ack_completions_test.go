@@ -22,6 +22,8 @@ import (
 // again later, ids of several partitions in one request, acks after a
 // failed ack released the lease or after it expired, consumer groups that never popped, ids
 // stored twice (dedup off).
+//
+//nolint:tparallel // the seeds run one after the other (each opens two stores)
 func TestAckCompletionsMatchesGo(t *testing.T) {
 	t.Parallel()
 	for _, seed := range []uint64{7, 11, 42, 5} {

@@ -78,15 +78,16 @@ var errQueueMoved = errors.New("queue id changed")
 // cached), finds the queue's id changed or meets a deadlock (nothing
 // claimed: the claim's transaction is rolled back): the caller then pops
 // the usual way. Any other error is the pop's.
-func (s *Store) popFused(ctx context.Context, req *reginatype.PopRequest) (reginatype.PopResult, error, bool) { //nolint:revive // the flag says whether the rest applies
+func (s *Store) popFused(ctx context.Context, req *reginatype.PopRequest) (reginatype.PopResult, error, bool) {
 	if s.citus != nil || req.Partition != "" {
 		return reginatype.PopResult{}, nil, false
 	}
-	v, ok := s.queueIDs.Load(req.Queue)
+	v, _ := s.queueIDs.Load(req.Queue)
+	id, ok := v.([16]byte)
 	if !ok {
 		return reginatype.PopResult{}, nil, false
 	}
-	q := queueInfo{id: v.([16]byte)}
+	q := queueInfo{id: id}
 	var from *time.Time
 	if req.Group != reginatype.QueueModeGroup && !req.SubscriptionFrom.IsZero() {
 		from = &req.SubscriptionFrom

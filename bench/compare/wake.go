@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,7 +101,7 @@ func (h *harness) wake(name, url, queue string, r int) {
 // wakePhase configures a fresh queue (prefix + round + run tag) and runs
 // the wake phase on it.
 func (h *harness) wakePhase(ctx context.Context, name, url, prefix string, r int) error {
-	q := prefix + fmt.Sprint(r) + "_" + h.runTag
+	q := prefix + strconv.Itoa(r) + "_" + h.runTag
 	if _, err := configureQueue(ctx, url, q, 3600); err != nil {
 		return err
 	}
