@@ -106,7 +106,7 @@ func completionsOnly(items []reginatype.AckItem, idx []int) bool {
 func (s *Store) ackCompletions(ctx context.Context, group string, p partition.UUID,
 	items []reginatype.AckItem, idx []int, results []reginatype.AckResult) error {
 	if s.citus == nil && !s.ackInGo {
-		return s.ackCompletionsSQL(ctx, group, p, items, idx, results)
+		return s.ackCompletionsSQL(ctx, s.pool, group, p, items, idx, results)
 	}
 	pid := [16]byte(p)
 	return s.inPipeTx(ctx, func(t *pipeTx) error {
@@ -132,7 +132,7 @@ func (s *Store) ackCompletions(ctx context.Context, group string, p partition.UU
 // ackCompletionsSQL is ackCompletions in one statement and one round trip:
 // queen.ack_completions applies applyAcks' rules for completions in the
 // database and answers a code per item.
-func (s *Store) ackCompletionsSQL(ctx context.Context, group string, p partition.UUID,
+func (s *Store) ackCompletionsSQL(ctx context.Context, db rowQuerier, group string, p partition.UUID,
 	items []reginatype.AckItem, idx []int, results []reginatype.AckResult) error {
 	hashes := make([][]byte, len(idx))
 	leases := make([]pgtype.UUID, len(idx))
@@ -149,7 +149,7 @@ func (s *Store) ackCompletionsSQL(ctx context.Context, group string, p partition
 		codes               []int32
 		released            bool
 	)
-	if err := s.pool.QueryRow(ctx, s.sql.ackCompletions, [16]byte(p), group, hashes, leases).
+	if err := db.QueryRow(ctx, s.sql.ackCompletions, [16]byte(p), group, hashes, leases).
 		Scan(&queueName, &partName, &state, &codes, &released); err != nil {
 		return err
 	}
@@ -187,6 +187,11 @@ func (s *Store) ackCompletionsSQL(ctx context.Context, group string, p partition
 		}
 	}
 	return nil
+}
+
+// rowQuerier runs a statement that answers one row (a pool, a transaction).
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // deref is *p, or "" for nil.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,14 +20,15 @@ import (
 // answers and leave the same cursor rows, step by step, over a random run of
 // pops and acks on two stores: completions with the live lease, a stale or
 // foreign lease, no lease, unknown ids, ids acked twice in one request or
-// again later, ids of several partitions in one request, acks after a
+// again later, ids of several partitions in one request, requests
+// group-committed together (AckMany), acks after a
 // failed ack released the lease or after it expired, consumer groups that never popped, ids
 // stored twice (dedup off).
 //
 //nolint:tparallel // the seeds run one after the other (each opens two stores)
 func TestAckCompletionsMatchesGo(t *testing.T) {
 	t.Parallel()
-	for _, seed := range []uint64{7, 11, 42, 5} {
+	for _, seed := range []uint64{7, 11, 42, 5, 3, 99} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { ackCompletionsScenario(t, seed) })
 	}
 }
@@ -74,16 +76,18 @@ func ackCompletionsScenario(t *testing.T, seed uint64) {
 	tally := map[string]int{}
 	popPart := map[string]string{}         // pop name -> the partition it leased
 	defer func() { t.Logf("%v", tally) }() // what the run exercised
-	for step := range 300 {
+	for step := range 400 {
 		group := groups[rng.IntN(2)]
 		if rng.IntN(3) == 0 {
-			// A pop on both sides: the same partition and messages (same
-			// state, same order), leases of their own.
+			// A pop of one partition on both sides (an any-partition pop's
+			// choice depends on timestamps): the same messages, leases of
+			// their own.
 			name := fmt.Sprintf("pop%d", step)
 			batch := 1 + rng.IntN(4)
+			part := fmt.Sprintf("p%d", rng.IntN(nParts))
 			var got [2][]string
 			for k, sd := range sides {
-				res, err := sd.st.Pop(ctx, reginatype.PopRequest{Queue: "acks", Group: group, Batch: batch})
+				res, err := sd.st.Pop(ctx, reginatype.PopRequest{Queue: "acks", Partition: part, Group: group, Batch: batch})
 				require.NoError(t, err)
 				sd.leases[name] = res.LeaseID
 				if k == 0 && len(res.Claimed) > 0 {
@@ -160,6 +164,7 @@ func ackCompletionsScenario(t *testing.T, seed uint64) {
 			group = groups[2]
 		}
 		var ans [2][]reginatype.AckResult
+		split := n > 1 && rng.IntN(3) == 0 // as two requests group-committed together (AckMany)
 		for k, sd := range sides {
 			req := make([]reginatype.AckItem, n)
 			for i, it := range items {
@@ -171,6 +176,15 @@ func ackCompletionsScenario(t *testing.T, seed uint64) {
 				default:
 					req[i].LeaseID, req[i].HasLease = sd.leases[it.lease], true
 				}
+			}
+			if split {
+				reqs := []reginatype.AckRequest{{Group: group, Items: req[:n/2]}, {Group: group, Items: req[n/2:]}}
+				res, errs := make([][]reginatype.AckResult, 2), make([]error, 2)
+				sd.st.AckMany(ctx, reqs, res, errs)
+				require.NoError(t, errs[0])
+				require.NoError(t, errs[1])
+				ans[k] = slices.Concat(res[0], res[1])
+				continue
 			}
 			res, err := sd.st.Ack(ctx, group, req)
 			require.NoError(t, err)
@@ -188,15 +202,15 @@ func ackCompletionsScenario(t *testing.T, seed uint64) {
 		for p := range nParts {
 			for _, g := range []string{reginatype.QueueModeGroup, "g1", "never"} {
 				var cursor, retries int64
-				var leased bool
-				err := pool.QueryRow(ctx, schemaSQL(sd.st, `SELECT cursor_offset, retry_count, lease_id IS NOT NULL
+				var leased, ready bool
+				err := pool.QueryRow(ctx, schemaSQL(sd.st, `SELECT cursor_offset, retry_count, lease_id IS NOT NULL, avail_at <= now()
 					  FROM queen.consumers WHERE partition_id = $1 AND consumer_group = $2`), sd.parts[fmt.Sprintf("p%d", p)], g).
-					Scan(&cursor, &retries, &leased)
+					Scan(&cursor, &retries, &leased, &ready)
 				if err != nil {
 					out = append(out, fmt.Sprintf("p%d/%s: %v", p, g, err))
 					continue
 				}
-				out = append(out, fmt.Sprintf("p%d/%s: cursor %d retries %d leased %v", p, g, cursor, retries, leased))
+				out = append(out, fmt.Sprintf("p%d/%s: cursor %d retries %d leased %v ready %v", p, g, cursor, retries, leased, ready))
 			}
 		}
 		return out

@@ -141,6 +141,13 @@ func (s *Store) AckMany(ctx context.Context, reqs []reginatype.AckRequest, res [
 				for _, i := range u.idx {
 					res[u.req][i] = reginatype.AckResult{}
 				}
+				if s.citus == nil && !s.ackInGo && completionsOnly(reqs[u.req].Items, u.idx) {
+					// One statement in the shared transaction.
+					if err := s.ackCompletionsSQL(ctx, tx, u.group, u.pid, reqs[u.req].Items, u.idx, res[u.req]); err != nil {
+						return fmt.Errorf("partition %s: %w", u.pid, err)
+					}
+					continue
+				}
 				if err := s.ackPartition(ctx, tx, u.group, u.pid, reqs[u.req].Items, u.idx, res[u.req]); err != nil {
 					return fmt.Errorf("partition %s: %w", u.pid, err)
 				}
