@@ -15,29 +15,12 @@ func (q *queries) consumerQueries() {
 	// could lock (rows other pops hold are skipped, not counted). Its cost
 	// does not grow with the queue's partition count.
 	// Each comes with what popPartition would read again under the lock
-	// (the cursor and the lease) and the segments from its cursor on, as
-	// readSegments reads them for $4 messages (as arrays: one row per
-	// candidate), so a candidate costs no second round trip. The segments
-	// are those of the statement's snapshot at the locked row's cursor
-	// (a row updated since is re-read at the lock, and its segments with
-	// it); popPartition reads again when they hold nothing to serve.
+	// (the cursor and the lease), so a candidate costs no second round
+	// trip.
 	q.popCandidates = `SELECT c.partition_id, p.name, c.cursor_offset,
-		       (c.lease_id IS NOT NULL AND c.lease_expires_at > now()), c.lease_expires_at,
-		       sg.firsts, sg.counts, sg.created, sg.frames
+		       (c.lease_id IS NOT NULL AND c.lease_expires_at > now()), c.lease_expires_at
 		  FROM queen.consumers c
 		  JOIN queen.partitions p ON p.id = c.partition_id
-		 CROSS JOIN LATERAL (
-		       SELECT array_agg(s.first_offset ORDER BY s.first_offset) AS firsts,
-		              array_agg(s.frame_count ORDER BY s.first_offset) AS counts,
-		              array_agg(s.created_at ORDER BY s.first_offset) AS created,
-		              array_agg(s.frames ORDER BY s.first_offset) AS frames
-		         FROM (SELECT s2.first_offset, s2.frame_count, s2.created_at, s2.frames FROM queen.segments s2
-		                WHERE s2.partition_id = c.partition_id
-		                  AND s2.first_offset >= coalesce((SELECT s3.first_offset FROM queen.segments s3
-		                                                    WHERE s3.partition_id = c.partition_id
-		                                                      AND s3.first_offset <= c.cursor_offset
-		                                                    ORDER BY s3.first_offset DESC LIMIT 1), c.cursor_offset)
-		                ORDER BY s2.first_offset LIMIT $4::integer + 1) s) sg
 		 WHERE c.queue_id = $1 AND c.consumer_group = $2 AND c.known_end > c.cursor_offset
 		   AND c.avail_at <= now()
 		 ORDER BY c.avail_at

@@ -23,10 +23,6 @@ type consumerRow struct {
 	cursor    int64
 	leaseLive bool
 	leaseEnd  *time.Time
-	// segs, when prefetched, are the segments from cursor on that the
-	// candidate query read with the row (popCandidates).
-	segs       []popSegment
-	prefetched bool
 }
 
 // popCandidate is a cursor row the candidate query locked, with its fields.
@@ -202,7 +198,7 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 				candidates = s.citusTake(q.id, req.Group, want)
 			} else {
 				var err error
-				if candidates, err = s.readCandidates(ctx, tx, q, req.Group, want, req.Batch-len(res.Messages)); err != nil {
+				if candidates, err = s.readCandidates(ctx, tx, q, req.Group, want); err != nil {
 					return err
 				}
 			}
@@ -242,37 +238,19 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 }
 
 // readCandidates reads (and locks) up to want candidates of the group from
-// the ready index, each with its segments for limit messages: the plain
-// PostgreSQL candidate scan.
-func (s *Store) readCandidates(ctx context.Context, tx querier, q *queueInfo, group string, want, limit int) ([]popCandidate, error) {
-	rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, group, want, limit)
+// the ready index: the plain PostgreSQL candidate scan.
+func (s *Store) readCandidates(ctx context.Context, tx querier, q *queueInfo, group string, want int) ([]popCandidate, error) {
+	rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, group, want)
 	if err != nil {
 		return nil, err
 	}
 	var candidates []popCandidate
 	for rows.Next() {
-		var (
-			c       popCandidate
-			firsts  []int64
-			counts  []int32
-			created []time.Time
-			frames  [][]byte
-		)
-		if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd,
-			&firsts, &counts, &created, &frames); err != nil {
+		var c popCandidate
+		if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		if len(counts) != len(firsts) || len(created) != len(firsts) || len(frames) != len(firsts) {
-			rows.Close()
-			return nil, fmt.Errorf("candidate %s: segment arrays of %d/%d/%d/%d elements", c.Name,
-				len(firsts), len(counts), len(created), len(frames))
-		}
-		c.row.segs = make([]popSegment, len(firsts))
-		for i := range firsts {
-			c.row.segs[i] = popSegment{first: firsts[i], count: int(counts[i]), created: created[i], frames: frames[i]}
-		}
-		c.row.prefetched = true
 		candidates = append(candidates, c)
 	}
 	rows.Close()
@@ -432,22 +410,12 @@ func (s *Store) popPartition(ctx context.Context, tx querier, q *queueInfo, req 
 	var out []reginatype.PoppedMessage
 	var hiddenUntil time.Time
 	// Tombstones (deleted messages) are skipped; when they leave the batch
-	// short and the read was cut by its limit, read on from there. The
-	// first read is the candidate query's segments when it brought them;
-	// when they hold nothing to serve (the row's cursor moved past what
-	// that statement's snapshot saw), the read starts again here.
+	// short and the read was cut by its limit, read on from there.
 	from := cur.cursor
-	usePre := cur.prefetched
 	for {
-		var segs []popSegment
-		fromPre := usePre
-		if usePre {
-			segs, usePre = cur.segs, false
-		} else {
-			var err error
-			if segs, err = s.readSegmentsFrom(ctx, tx, pid, from, limit-len(out)); err != nil {
-				return nil, "", err
-			}
+		segs, err := s.readSegmentsFrom(ctx, tx, pid, from, limit-len(out))
+		if err != nil {
+			return nil, "", err
 		}
 		more, stop := len(segs) > limit-len(out), false
 	segments:
@@ -476,9 +444,6 @@ func (s *Store) popPartition(ctx context.Context, tx querier, q *queueInfo, req 
 					break segments
 				}
 			}
-		}
-		if fromPre && len(out) == 0 && !stop {
-			continue // prefetched, nothing to serve in them: read
 		}
 		if stop || !more {
 			break
