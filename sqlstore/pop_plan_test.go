@@ -133,62 +133,95 @@ func TestLong_PopCandidatesCostIsFlat(t *testing.T) {
 //nolint:tparallel // the sizes run one after the other, each closing its pools first (eachSize)
 func TestLong_PopCatchUpCostIsFlat(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	bufs := map[int]int{}
 	eachSize(t, func(t *testing.T, n int) {
-		st, schema, pool := readyQueue(t, n, false)
-		var notices []string
-		obs, done, err := st.Observed(ctx, func(ctx context.Context, c *pgx.Conn) error {
-			for _, s := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
-				"SET auto_explain.log_nested_statements = on", "SET auto_explain.log_analyze = on",
-				"SET auto_explain.log_buffers = on", "SET auto_explain.log_format = json",
-				"SET auto_explain.log_level = notice"} {
-				if _, err := c.Exec(ctx, s); err != nil {
-					return err
-				}
-			}
-			return nil
-		}, func(n *pgconn.Notice) { notices = append(notices, n.Message) })
-		require.NoError(t, err)
-		// The group's last look saw every partition: its horizon is now
-		// (readyQueue's fill stamped them in transactions a catch-up may
-		// have seen running). This test measures the scan of the
-		// partitions pushed since the horizon, not where it lies.
-		tag, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.group_scan SET horizon = pg_current_xact_id(), running = '{}'`,
-			pgx.Identifier{schema}.Sanitize()))
-		require.NoError(t, err)
-		require.Equal(t, int64(1), tag.RowsAffected(), "queue mode's catch-up row")
-		// One push to one partition, then a pop; twice, the first to warm
-		// the connection (plpgsql compiles the function on first use).
-		for _, part := range []string{"p00037", "p00073"} {
-			_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.partitions SET next_offset = next_offset + 1, push_xid = pg_current_xact_id()
-				 WHERE name = $1`, pgx.Identifier{schema}.Sanitize()), part)
-			require.NoError(t, err)
-			notices = nil
-			_, err = obs.Pop(ctx, reginatype.PopRequest{Queue: "wide", Batch: 1, AutoAck: true})
-			require.NoError(t, err)
-		}
-		done()
-		total := 0
-		for _, m := range notices {
-			// The statements inside pop_prepare (they name its arguments).
-			i := strings.Index(m, "{")
-			require.GreaterOrEqual(t, i, 0, m)
-			b, text := planBuffers(t, []byte(m[i:]))
-			if !strings.Contains(text, "p_queue") && !strings.Contains(text, "p_group") {
-				continue
-			}
-			if n > 1000 {
-				require.NotContains(t, text, `"Seq Scan"`, text)
-			}
-			total += b
-		}
-		require.Positive(t, total, "no plan of pop_prepare among %d notices", len(notices))
-		bufs[n] = total
-		t.Logf("%d partitions: %d buffers in pop_prepare", n, total)
+		bufs[n] = catchUpBuffers(t, n, []string{"p00037", "p00073"}, func(text string) bool {
+			return strings.Contains(text, "p_queue") || strings.Contains(text, "p_group")
+		})
+		t.Logf("%d partitions: %d buffers in pop_prepare", n, bufs[n])
 	})
 	// 100x the partitions may add a level to each index it probes, and page
 	// splits and dead tuples vary from run to run; scanning the queue would
 	// read thousands of buffers.
 	require.LessOrEqual(t, bufs[10000], 2*bufs[100]+16, "catch-up buffers: %v", bufs)
+}
+
+// TestLong_PopCatchUpOfNothingIsFlat: when nothing was pushed since the
+// group's last look (a drain), queen.pop_prepare's look for pushed
+// partitions reads about the same buffers with 100 and 10,000 partitions.
+// It read every partition of the queue (a condition with OR planned
+// through partitions_queue_name) until it became two probes of
+// partitions_push_xid.
+//
+//nolint:tparallel // the sizes run one after the other, each closing its pools first (eachSize)
+func TestLong_PopCatchUpOfNothingIsFlat(t *testing.T) {
+	t.Parallel()
+	bufs := map[int]int{}
+	eachSize(t, func(t *testing.T, n int) {
+		bufs[n] = catchUpBuffers(t, n, []string{"", ""}, func(text string) bool {
+			return strings.Contains(text, "push_xid")
+		})
+		t.Logf("%d partitions: %d buffers in pop_prepare's look for pushes", n, bufs[n])
+	})
+	require.Positive(t, bufs[100])
+	require.LessOrEqual(t, bufs[10000], 2*bufs[100]+16, "buffers: %v", bufs)
+}
+
+// catchUpBuffers makes readyQueue(n) with the group's horizon at now, then
+// for each of pushes pushes to that partition ("": nothing) and pops, and
+// returns the buffers of the last pop's statements inside pop_prepare that
+// counted selects (auto_explain of nested statements).
+func catchUpBuffers(t *testing.T, n int, pushes []string, counted func(planText string) bool) int {
+	t.Helper()
+	ctx := context.Background()
+	st, schema, pool := readyQueue(t, n, false)
+	var notices []string
+	obs, done, err := st.Observed(ctx, func(ctx context.Context, c *pgx.Conn) error {
+		for _, s := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+			"SET auto_explain.log_nested_statements = on", "SET auto_explain.log_analyze = on",
+			"SET auto_explain.log_buffers = on", "SET auto_explain.log_format = json",
+			"SET auto_explain.log_level = notice"} {
+			if _, err := c.Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, func(n *pgconn.Notice) { notices = append(notices, n.Message) })
+	require.NoError(t, err)
+	defer done()
+	// The group's last look saw every partition: its horizon is now
+	// (readyQueue's fill stamped them in transactions a catch-up may have
+	// seen running). What is measured is the scan of the partitions pushed
+	// since the horizon, not where it lies.
+	tag, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.group_scan SET horizon = pg_current_xact_id(), running = '{}'`,
+		pgx.Identifier{schema}.Sanitize()))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), tag.RowsAffected(), "queue mode's catch-up row")
+	// The first pop warms the connection (plpgsql compiles the function
+	// on first use); the last one is measured.
+	for _, part := range pushes {
+		if part != "" {
+			_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.partitions SET next_offset = next_offset + 1, push_xid = pg_current_xact_id()
+				 WHERE name = $1`, pgx.Identifier{schema}.Sanitize()), part)
+			require.NoError(t, err)
+		}
+		notices = nil
+		_, err = obs.Pop(ctx, reginatype.PopRequest{Queue: "wide", Batch: 1, AutoAck: true})
+		require.NoError(t, err)
+	}
+	total := 0
+	for _, m := range notices {
+		i := strings.Index(m, "{")
+		require.GreaterOrEqual(t, i, 0, m)
+		b, text := planBuffers(t, []byte(m[i:]))
+		if !counted(text) {
+			continue
+		}
+		if n > 1000 {
+			require.NotContains(t, text, `"Seq Scan"`, text)
+		}
+		total += b
+	}
+	require.Positive(t, total, "no counted plan among %d notices", len(notices))
+	return total
 }

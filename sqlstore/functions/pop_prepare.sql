@@ -74,9 +74,14 @@ BEGIN
     SELECT g.horizon, g.running INTO v_h, v_run FROM queen.group_scan g
      WHERE g.queue_id = pop_prepare.queue_id AND g.consumer_group = p_group;
     v_found := FOUND;
+    -- Two probes of partitions_push_xid (queue_id, push_xid), not one
+    -- condition with OR: with the OR the plan read every partition of the
+    -- queue through partitions_queue_name to find none (a 5,000-partition
+    -- drain: ~2,500 index entries read per pop, pg_stat_user_indexes).
     IF v_found AND NOT EXISTS (SELECT 1 FROM queen.partitions p
-                                WHERE p.queue_id = pop_prepare.queue_id
-                                  AND (p.push_xid >= v_h OR p.push_xid = ANY (v_run))) THEN
+                                WHERE p.queue_id = pop_prepare.queue_id AND p.push_xid >= v_h)
+               AND NOT EXISTS (SELECT 1 FROM queen.partitions p
+                                WHERE p.queue_id = pop_prepare.queue_id AND p.push_xid = ANY (v_run)) THEN
         RETURN; -- nothing pushed since: no write at all
     END IF;
     -- One catch-up per (queue, group) at a time: every pop of the group
@@ -93,10 +98,18 @@ BEGIN
     -- snapshots, so they see its effects.
     v_snap := pg_current_snapshot();
     -- The partitions that may have changed, looked at once.
-    v_parts := ARRAY(SELECT p.id FROM queen.partitions p
-                      WHERE p.queue_id = pop_prepare.queue_id
-                        AND (NOT v_found OR p.push_xid >= v_h OR p.push_xid = ANY (v_run))
-                      ORDER BY p.id);
+    IF v_found THEN
+        v_parts := ARRAY(SELECT x.id FROM (
+                             SELECT p.id FROM queen.partitions p
+                              WHERE p.queue_id = pop_prepare.queue_id AND p.push_xid >= v_h
+                             UNION
+                             SELECT p.id FROM queen.partitions p
+                              WHERE p.queue_id = pop_prepare.queue_id AND p.push_xid = ANY (v_run)) x
+                          ORDER BY x.id);
+    ELSE
+        v_parts := ARRAY(SELECT p.id FROM queen.partitions p
+                          WHERE p.queue_id = pop_prepare.queue_id ORDER BY p.id);
+    END IF;
     scanned := cardinality(v_parts);
 
     -- Cursor rows the group has: raise known_end to the partition's end.
