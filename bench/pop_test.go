@@ -119,11 +119,18 @@ func BenchmarkPopScale(b *testing.B) {
 // POP_DRAIN_FOREIGN_TX=same (or other) holds a transaction with an id open
 // in another session of the same database (or of database postgres) from
 // before the backlog to the end: the stranger that used to widen every
-// catch-up to the partitions pushed since it began.
+// catch-up to the partitions pushed since it began. POP_DRAIN_VACUUM=ms
+// vacuums the cursor table that often meanwhile, as the broker does
+// (CURSOR_VACUUM_INTERVAL).
 func BenchmarkPopDrain(b *testing.B) {
 	ctx := context.Background()
 	const parts, per = 5000, 4
 	st := sqlstoretest.Open(b)
+	if ms, err := strconv.Atoi(os.Getenv("POP_DRAIN_VACUUM")); err == nil && ms > 0 {
+		vctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go st.RunCursorVacuum(vctx, time.Duration(ms)*time.Millisecond)
+	}
 	if where := os.Getenv("POP_DRAIN_FOREIGN_TX"); where != "" {
 		dsn := sqlstoretest.URL(b)
 		if where == "other" {

@@ -56,6 +56,9 @@ type Config struct {
 	// pass (Queen's EVICTION_INTERVAL and EVICTION_BATCH_SIZE).
 	EvictionInterval  time.Duration
 	EvictionBatchSize int
+	// CursorVacuumInterval is how often the cursor table is vacuumed
+	// (sqlstore.Store.VacuumCursors); 0 turns it off.
+	CursorVacuumInterval time.Duration
 
 	// MetricsSampleInterval is the process sampling period of the
 	// analytics; MetricsAggregateSeconds how often the counters are written
@@ -221,6 +224,9 @@ var settings = []setting{
 	{env: "EVICTION_INTERVAL", group: groupConsumers, flag: "eviction-interval", def: "60000",
 		help: "ms between maxWaitTimeSeconds eviction passes", min: 1,
 		field: func(c *Config) any { return &c.EvictionInterval }},
+	{env: "CURSOR_VACUUM_INTERVAL", group: groupConsumers, flag: "cursor-vacuum-interval", def: "10000", zeroIsValue: true,
+		help:  "ms between VACUUMs of the cursor table, which keep pops fast beside long transactions (0 = off; not on Citus)",
+		field: func(c *Config) any { return &c.CursorVacuumInterval }},
 	{env: "EVICTION_BATCH_SIZE", group: groupConsumers, flag: "eviction-batch-size", def: "1000",
 		help: "messages an eviction pass deletes at most (and segments per DELETE)", min: 1,
 		field: func(c *Config) any { return &c.EvictionBatchSize }},

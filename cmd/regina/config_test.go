@@ -46,6 +46,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		RetentionSidecarMinSeconds:   900,
 		RetentionSidecarChildSeconds: 0,
 		EvictionInterval:             time.Minute,
+		CursorVacuumInterval:         10 * time.Second,
 		EvictionBatchSize:            1000,
 		MaintenanceRefresh:           time.Second,
 		DedupCache:                   true,
@@ -391,7 +392,7 @@ func TestLoadConfigReportsEveryProblem(t *testing.T) {
 
 // A Config built in code takes the same defaults LoadConfig gives, except
 // where its zero value means something (a free port, no timeouts, no cache,
-// no pprof, no per-address connection bound).
+// no pprof, no per-address connection bound, no cursor-table vacuum).
 func TestConfigWithDefaults(t *testing.T) {
 	t.Parallel()
 	loaded, err := configTestLoad(t, nil, nil)
@@ -400,7 +401,7 @@ func TestConfigWithDefaults(t *testing.T) {
 	require.NoError(t, got.Validate())
 	want := loaded
 	want.Port, want.StatementTimeout, want.ShutdownTimeout, want.DedupCache = 0, 0, 0, false
-	want.MaxConnectionsPerIP = 0
+	want.MaxConnectionsPerIP, want.CursorVacuumInterval = 0, 0
 	require.Equal(t, want, got)
 	require.Equal(t, got, got.WithDefaults(), "idempotent")
 	require.Equal(t, loaded, loaded.WithDefaults(), "a loaded Config is complete")

@@ -219,10 +219,14 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 		defer close(retDone)
 		store.RunRetention(retCtx, cfg.RetentionInterval, cfg.RetentionBatchSize)
 	}()
-	evictDone := make(chan struct{})
+	evictDone, vacDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(evictDone)
 		store.RunEviction(retCtx, cfg.EvictionInterval, cfg.EvictionBatchSize)
+	}()
+	go func() {
+		defer close(vacDone)
+		store.RunCursorVacuum(retCtx, cfg.CursorVacuumInterval)
 	}()
 	go func() {
 		defer close(maintDone)
@@ -273,6 +277,7 @@ func run(ctx context.Context, cfg Config, log zerolog.Logger, ready chan<- strin
 	stopRetention()
 	<-retDone
 	<-evictDone
+	<-vacDone
 	stopStats()
 	<-statsDone
 	<-maintDone
