@@ -318,9 +318,9 @@ func (h *harness) writeDrain() (string, error) {
 		}
 		slices.Sort(ages)
 		fmt.Fprintf(&b, "- Oldest transaction holding an id anywhere in the cluster during the drain (sampled every 0.5 s): median %s, max %s.\n"+
-			"  A consumer group's catch-up (`queen.pop_prepare`) rescans every partition pushed since the oldest transaction\n"+
-			"  running at its last look, so a transaction left open elsewhere (another run's preload or index build, a test)\n"+
-			"  makes every pop rescan the backlog's partitions.",
+			"  A consumer group's catch-up no longer depends on it (its horizon is its last snapshot), but while it holds an\n"+
+			"  id PostgreSQL keeps the cursor rows' dead versions in the ready index, which pops then read through (the\n"+
+			"  broker's vacuum of the cursor table, CURSOR_VACUUM_INTERVAL, removes them unless it is in this database).",
 			ages[len(ages)/2].Round(time.Second), ages[len(ages)-1].Round(time.Second))
 		young, yt := d.rateWhile(func(age time.Duration) bool { return age < 10*time.Second })
 		old, ot := d.rateWhile(func(age time.Duration) bool { return age >= time.Minute })
