@@ -74,3 +74,10 @@ func (w *connWatch) stop() {
 	w.mu.Unlock()
 	w.cancel()
 }
+
+// finishing is the context a write runs its store call under: ctx's values
+// without its end. fasthttp ends a RequestCtx when the server shuts down,
+// and the shutdown waits for the handlers (bounded by SHUTDOWN_TIMEOUT): a
+// write already in the store is finished and answered with its outcome, not
+// cut short into "outcome unknown". Waits (long polls) keep ctx's end.
+func finishing(ctx *fasthttp.RequestCtx) context.Context { return context.WithoutCancel(ctx) }

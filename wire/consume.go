@@ -406,11 +406,9 @@ func (s *Server) ack(ctx *fasthttp.RequestCtx, group string, items []reginatype.
 	var res []reginatype.AckResult
 	if good := withoutRefused(items, refused); len(good) > 0 {
 		var err error
-		// Not under ctx: the server's shutdown ends it, and an ack already
-		// queued would then answer "outcome unknown" although the batcher
-		// (closed after the server) still applies it; the batcher's own
-		// timeout bounds the wait.
-		if res, err = s.b.Acker.Ack(context.WithoutCancel(ctx), group, good); err != nil {
+		// finishing: an ack already queued is applied by the batcher
+		// (closed after the server), whose own timeout bounds the wait.
+		if res, err = s.b.Acker.Ack(finishing(ctx), group, good); err != nil {
 			s.writeCoreError(ctx, err)
 			return
 		}
@@ -459,7 +457,7 @@ func (s *Server) handleExtendLease(ctx *fasthttp.RequestCtx, leaseID string) {
 			seconds = n
 		}
 	}
-	exp, ok, expired, err := s.b.Acker.ExtendLease(ctx, id, seconds)
+	exp, ok, expired, err := s.b.Acker.ExtendLease(finishing(ctx), id, seconds)
 	if err != nil {
 		s.writeCoreError(ctx, err)
 		return

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -507,7 +506,7 @@ func (s *Server) handleCycle(ctx *fasthttp.RequestCtx) {
 	}
 	// As a push: a cycle already running is finished, not abandoned, when
 	// the server shuts down.
-	res, err := s.b.Cycler.StreamCycle(context.WithoutCancel(ctx), req.Cycle)
+	res, err := s.b.Cycler.StreamCycle(finishing(ctx), req.Cycle)
 	if res.Queue != "" {
 		view.QueueName = &res.Queue
 	}

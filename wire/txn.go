@@ -156,7 +156,7 @@ func (s *Server) handleTransaction(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	id := partition.NewV7().String()
-	res, err := s.b.Transactor.Transaction(ctx, req.Pushes, req.Acks, req.Leases)
+	res, err := s.b.Transactor.Transaction(finishing(ctx), req.Pushes, req.Acks, req.Leases)
 	var dup *reginatype.DuplicateError
 	var ackErr *reginatype.TxnAckError
 	switch {
