@@ -72,3 +72,14 @@ func (s *Store) SetCitusReadyTTL(d time.Duration) {
 // SetAckInGo makes completions go through the reads and rules in Go (two
 // round trips) instead of queen.ack_completions, for tests that compare them.
 func (s *Store) SetAckInGo(v bool) { s.ackInGo = v }
+
+// ReadSegmentsFrom runs the read of a pop (readSegmentsFrom) outside any
+// transaction: the first offsets of the segments it returns, and where the
+// next one starts (ok false: none).
+func (s *Store) ReadSegmentsFrom(ctx context.Context, pid [16]byte, from int64, limit int) (firsts []int64, next int64, ok bool, err error) {
+	segs, next, ok, err := s.readSegmentsFrom(ctx, s.pool, pid, from, limit)
+	for _, sg := range segs {
+		firsts = append(firsts, sg.first)
+	}
+	return firsts, next, ok, err
+}

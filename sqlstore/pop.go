@@ -341,19 +341,27 @@ type popSegment struct {
 	frames  []byte
 }
 
-// readSegmentsFrom reads the segment covering offset from and the ones
-// after it, up to limit+1 segments (enough for limit messages when none is
-// a tombstone).
-func (s *Store) readSegmentsFrom(ctx context.Context, tx querier, pid [16]byte, from int64, limit int) ([]popSegment, error) {
+// readSegmentsFrom reads the segments holding offsets from .. from+limit-1
+// (the one covering from first) and where the next segment after them
+// starts (ok false: none does).
+func (s *Store) readSegmentsFrom(ctx context.Context, tx querier, pid [16]byte, from int64, limit int) (segs []popSegment, next int64, ok bool, err error) {
 	rows, err := tx.Query(ctx, s.sql.readSegments, pid, from, limit)
 	if err != nil {
-		return nil, err
+		return nil, 0, false, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (popSegment, error) {
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (popSegment, error) {
 		var sg popSegment
 		err := r.Scan(&sg.first, &sg.count, &sg.created, &sg.frames)
 		return sg, err
 	})
+	if err != nil {
+		return nil, 0, false, err
+	}
+	// The query's last row, without frames, is the next segment's start.
+	if n := len(all); n > 0 && all[n-1].frames == nil {
+		return all[:n-1], all[n-1].first, true, nil
+	}
+	return all, 0, false, nil
 }
 
 // popPartition delivers up to limit messages of one partition to the group.
@@ -410,14 +418,14 @@ func (s *Store) popPartition(ctx context.Context, tx querier, q *queueInfo, req 
 	var out []reginatype.PoppedMessage
 	var hiddenUntil time.Time
 	// Tombstones (deleted messages) are skipped; when they leave the batch
-	// short and the read was cut by its limit, read on from there.
+	// short and a segment follows the ones read, read on from there.
 	from := cur.cursor
 	for {
-		segs, err := s.readSegmentsFrom(ctx, tx, pid, from, limit-len(out))
+		segs, next, more, err := s.readSegmentsFrom(ctx, tx, pid, from, limit-len(out))
 		if err != nil {
 			return nil, "", err
 		}
-		more, stop := len(segs) > limit-len(out), false
+		stop := false
 	segments:
 		for _, sg := range segs {
 			frames, err := partition.DecodeSegment(sg.frames, sg.count)
@@ -448,8 +456,7 @@ func (s *Store) popPartition(ctx context.Context, tx querier, q *queueInfo, req 
 		if stop || !more {
 			break
 		}
-		last := segs[len(segs)-1]
-		from = last.first + int64(last.count)
+		from = next
 	}
 	if len(out) == 0 {
 		switch {
