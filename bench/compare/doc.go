@@ -241,12 +241,13 @@
 // the drain alone leaves the scale section of RESULTS.md as it was.
 //
 // The restart phase (-scale-restart) runs after the rounds on the Regina
-// schema of the largest hash point: a fresh broker pushes (warmup, measured
+// schema of the largest hash point: a warm broker (primed and its cache
+// loads waited for, as before a point's phases) pushes (warmup, measured
 // window), is stopped with SIGTERM, and a new broker on the same database
-// pushes the same load at once, measured from -scale-restart-after (30 s)
-// after it was started (its msgs/s per second from its first push are
-// kept: RESULTS.md gives them 5 s at a time); bar: after / before >= 0.5
-// (a cold broker is fast within 30 s). Neither broker is primed. A broker that exits by itself during any phase is reported with
+// pushes the same load at once, cold, measured from -scale-restart-after
+// (30 s) after it was started (its msgs/s per second from its first push
+// are kept: RESULTS.md gives them 5 s at a time); bar: after / before >=
+// 0.5 (a cold broker is fast within 30 s). A broker that exits by itself during any phase is reported with
 // its exit code or signal, the kernel log lines naming its pid (the OOM
 // killer) and the end of its log.
 //

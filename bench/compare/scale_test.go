@@ -141,7 +141,7 @@ func TestLong_ScaleFastMode(t *testing.T) {
 		"### As partitions grow", "| 200 | **",
 		"### As the in-window hash count grows", "| Regina msgs/s at 5k hashes / at 1k |",
 		"### Pop as partitions grow", "| 300 | **", "| pops/s at 300 partitions / at 100 |", "| pop p99 at 300 partitions / at 100 |",
-		"### A restart on a database holding a full window", "| msgs/s from 3s after the restart / before |",
+		"### A restart on a database holding a full window", "| msgs/s of the cold broker from 3s after its start / the warm one |", "| before the restart (warm) |",
 		"The restarted broker's msgs/s, 5 s at a time from its first push",
 		"a 200-partition backlog drained to the last message", "| 200 | 400 | all | 4 |",
 	} {
