@@ -8,7 +8,11 @@
 --     names are returned with state 2);
 --   - each hash p_hashes[k] resolves through the sidecar
 --     (queen.resolve_offsets) to its stored offsets; the first not yet
---     consumed is taken, else the last; none: code 1 (unresolvable);
+--     consumed is taken, else the last; none: code 1 (unresolvable). The
+--     row's lease range is read first (queen.resolve_offsets_range from
+--     the cursor to lease_to): a hash found there has its first offset not
+--     yet consumed there, the same answer; only the others go to the
+--     probe of every child's GIN index;
 --   - in offset order (then k): an offset below the cursor is a success
 --     (acks are idempotent); one whose item carries a lease (p_leases[k] not
 --     NULL) that is not the row's live lease is refused, code 2, or code 3
@@ -36,6 +40,9 @@ DECLARE
     v_retry    integer;
     v_dirty    boolean := false;
     v_released boolean := false;
+    v_off      bigint[];
+    v_rest     bytea[] := '{}';
+    v_at       integer[] := '{}';
     t          record;
 BEGIN
     v_codes := CASE WHEN v_n = 0 THEN '{}'::integer[] ELSE array_fill(0, ARRAY[v_n]) END;
@@ -61,11 +68,38 @@ BEGIN
     FOR k IN 1 .. v_n LOOP
         v_codes[k] := 1;
     END LOOP;
+    IF v_n > 0 THEN
+        v_off := array_fill(NULL::bigint, ARRAY[v_n]);
+    END IF;
+    IF v_n > 0 AND v_to IS NOT NULL AND v_to > v_cursor THEN
+        FOR t IN
+            SELECT r.i AS k, min(r.msg_offset) AS off
+              FROM queen.resolve_offsets_range(p_partition, p_hashes, v_cursor, v_to) r
+             GROUP BY r.i
+        LOOP
+            v_off[t.k] := t.off;
+        END LOOP;
+    END IF;
+    FOR k IN 1 .. v_n LOOP
+        IF v_off[k] IS NULL THEN
+            v_rest := v_rest || p_hashes[k];
+            v_at := v_at || k;
+        END IF;
+    END LOOP;
+    IF cardinality(v_rest) > 0 THEN
+        FOR t IN
+            SELECT r.i AS k, coalesce(min(r.msg_offset) FILTER (WHERE r.msg_offset >= v_cursor), max(r.msg_offset)) AS off
+              FROM queen.resolve_offsets(p_partition, v_rest) r
+             GROUP BY r.i
+        LOOP
+            v_off[v_at[t.k]] := t.off;
+        END LOOP;
+    END IF;
     FOR t IN
-        SELECT r.k, coalesce(min(r.msg_offset) FILTER (WHERE r.msg_offset >= v_cursor), max(r.msg_offset)) AS off
-          FROM (SELECT o.i AS k, o.msg_offset FROM queen.resolve_offsets(p_partition, p_hashes) o) r
-         GROUP BY r.k
-         ORDER BY 2, 1
+        SELECT u.k::integer AS k, u.off
+          FROM unnest(v_off) WITH ORDINALITY AS u(off, k)
+         WHERE u.off IS NOT NULL
+         ORDER BY u.off, u.k
     LOOP
         IF t.off < v_cursor THEN
             v_codes[t.k] := 0;
