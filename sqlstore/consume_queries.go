@@ -16,13 +16,14 @@ func (q *queries) consumerQueries() {
 	// does not grow with the queue's partition count.
 	// Each comes with what popPartition would read again under the lock
 	// (the cursor and the lease), so a candidate costs no second round
-	// trip.
+	// trip, and with its avail_at. The scan starts at $4, the group's ready
+	// floor (NULL: at the head; ready_floor.go).
 	q.popCandidates = `SELECT c.partition_id, p.name, c.cursor_offset,
-		       (c.lease_id IS NOT NULL AND c.lease_expires_at > now()), c.lease_expires_at
+		       (c.lease_id IS NOT NULL AND c.lease_expires_at > now()), c.lease_expires_at, c.avail_at
 		  FROM queen.consumers c
 		  JOIN queen.partitions p ON p.id = c.partition_id
 		 WHERE c.queue_id = $1 AND c.consumer_group = $2 AND c.known_end > c.cursor_offset
-		   AND c.avail_at <= now()
+		   AND c.avail_at >= coalesce($4::timestamptz, '-infinity') AND c.avail_at <= now()
 		 ORDER BY c.avail_at
 		 LIMIT $3
 		   FOR UPDATE OF c SKIP LOCKED`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -240,21 +241,61 @@ func (s *Store) popIn(ctx context.Context, tx querier, q *queueInfo, subFrom *ti
 // readCandidates reads (and locks) up to want candidates of the group from
 // the ready index: the plain PostgreSQL candidate scan.
 func (s *Store) readCandidates(ctx context.Context, tx querier, q *queueInfo, group string, want int) ([]popCandidate, error) {
-	rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, group, want)
+	now := time.Now()
+	from, ok := s.floors.get(q.id, group, now)
+	var at *time.Time
+	if ok {
+		at = &from
+	}
+	candidates, oldest, err := s.scanCandidates(ctx, tx, q, group, want, at)
 	if err != nil {
 		return nil, err
 	}
+	if at != nil && len(candidates) < want {
+		// Short above the floor: rows below it may be ready too. The
+		// scan from the head returns this transaction's rows again (it
+		// holds their locks); they are dropped.
+		more, head, err := s.scanCandidates(ctx, tx, q, group, want, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range more {
+			if len(candidates) < want && !slices.ContainsFunc(candidates, func(x popCandidate) bool { return x.ID == c.ID }) {
+				candidates = append(candidates, c)
+			}
+		}
+		oldest, at = head, nil
+	}
+	if !oldest.IsZero() {
+		s.floors.raise(q.id, group, oldest, at == nil, now)
+	}
+	return candidates, nil
+}
+
+// scanCandidates runs the candidate query from floor (nil: from the head of
+// the group's ready range) and returns the candidates and the oldest one's
+// avail_at (zero: none).
+func (s *Store) scanCandidates(ctx context.Context, tx querier, q *queueInfo, group string, want int, floor *time.Time) ([]popCandidate, time.Time, error) {
+	rows, err := tx.Query(ctx, s.sql.popCandidates, q.id, group, want, floor)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
 	var candidates []popCandidate
+	var oldest time.Time
 	for rows.Next() {
 		var c popCandidate
-		if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd); err != nil {
+		var at time.Time
+		if err := rows.Scan((*uuidScanner)(&c.ID), &c.Name, &c.row.cursor, &c.row.leaseLive, &c.row.leaseEnd, &at); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, time.Time{}, err
+		}
+		if len(candidates) == 0 {
+			oldest = at
 		}
 		candidates = append(candidates, c)
 	}
 	rows.Close()
-	return candidates, rows.Err()
+	return candidates, oldest, rows.Err()
 }
 
 // HasWork reports whether a pop like req could be served now, without

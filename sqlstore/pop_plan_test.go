@@ -112,7 +112,7 @@ func TestLong_PopCandidatesCostIsFlat(t *testing.T) {
 		require.NoError(t, err)
 		var plan []byte
 		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sqlstore.PopCandidatesSQL(schema),
-			qid, reginatype.QueueModeGroup, 1).Scan(&plan))
+			qid, reginatype.QueueModeGroup, 1, nil).Scan(&plan))
 		require.NoError(t, tx.Rollback(ctx))
 		b, text := planBuffers(t, plan)
 		if n > 1000 {

@@ -114,6 +114,8 @@ type Store struct {
 	// queueIDs maps a queue's name to its id as popPrepare last found it
 	// (string -> [16]byte), for popFused.
 	queueIDs *sync.Map
+	// floors are the groups' ready floors (ready_floor.go).
+	floors *readyFloors
 }
 
 // Open connects, applies migrations and returns a ready Store.
@@ -179,7 +181,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{pool: pool, ident: ident, schema: cfg.Schema, log: cfg.Logger, sql: newQueries(cfg.Schema),
 		onRet: cfg.OnRetention, onPurge: cfg.OnPurge,
 		key: cfg.Key, warned: &cryptWarnings{}, sidecarMin: cfg.SidecarMinSeconds, queueIDs: &sync.Map{},
-		sidecar: &sidecarWidth{fixed: cfg.SidecarChildSeconds}}
+		floors: newReadyFloors(), sidecar: &sidecarWidth{fixed: cfg.SidecarChildSeconds}}
 	if onCitus {
 		s.citus = newCitusState(cfg.Schema)
 		s.sql.citusQueries(cfg.Schema)

@@ -69,7 +69,7 @@ func TestVacuumCursorsShortensTheReadyIndex(t *testing.T) {
 		defer func() { _ = tx.Rollback(ctx) }()
 		var plan []byte
 		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sqlstore.PopCandidatesSQL(st.Schema()),
-			qid, reginatype.QueueModeGroup, 1).Scan(&plan))
+			qid, reginatype.QueueModeGroup, 1, nil).Scan(&plan))
 		b, _ := planBuffers(t, plan)
 		return b
 	}
