@@ -2,17 +2,12 @@ package sqlstore_test
 
 import (
 	"context"
-	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/regina-mq/regina/reginatype"
-	"github.com/regina-mq/regina/sqlstore"
 	"github.com/regina-mq/regina/sqlstore/sqlstoretest"
 )
 
@@ -70,57 +65,12 @@ func TestPopServesRowsBelowTheReadyFloor(t *testing.T) {
 func TestReadyFloorSkipsDeadVersionsBesideAStranger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u, err := url.Parse(sqlstoretest.URL(t))
-	require.NoError(t, err)
-	u.Path = "/" + sqlstoretest.Database(t) // the stranger holds back only this database
-	st := sqlstoretest.OpenConfig(t, sqlstore.Config{URL: u.String(), Schema: "floor", MaxConns: 2})
-	pool, err := pgxpool.New(ctx, u.String())
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	stranger, err := pgx.Connect(ctx, u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = stranger.Close(context.Background()) })
-	_, err = stranger.Exec(ctx, "BEGIN; SELECT pg_current_xact_id()")
-	require.NoError(t, err)
-
-	const parts, per = 8, 60
-	for p := range parts {
-		ref, err := st.EnsurePartition(ctx, "floor", fmt.Sprintf("p%d", p))
-		require.NoError(t, err)
-		var txids []string
-		for i := range per {
-			txids = append(txids, fmt.Sprintf("p%d-%d", p, i))
-		}
-		b, _ := batchOf(t, ref, txids...)
-		_, err = st.Push(ctx, b)
-		require.NoError(t, err)
-	}
-	for range parts * per / 2 {
-		res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "floor", Batch: 1})
-		require.NoError(t, err)
-		require.Len(t, res.Messages, 1)
-		m := res.Messages[0]
-		_, err = st.Ack(ctx, reginatype.QueueModeGroup, []reginatype.AckItem{{TransactionID: m.TransactionID,
-			PartitionID: m.PartitionID, LeaseID: res.LeaseID, HasLease: true, Status: reginatype.AckCompleted}})
-		require.NoError(t, err)
-	}
+	st, pool, qid := churnBesideStranger(t, "floor", true)
 	require.NoError(t, st.VacuumCursors(ctx)) // removes nothing the stranger's id may need
-	var qid [16]byte
-	require.NoError(t, pool.QueryRow(ctx, schemaSQL(st, `SELECT id FROM queen.queues WHERE name = 'floor'`)).Scan(&qid))
 	var floor time.Time
 	require.NoError(t, pool.QueryRow(ctx, schemaSQL(st, `SELECT min(avail_at) FROM queen.consumers
 		 WHERE queue_id = $1 AND known_end > cursor_offset AND avail_at <= now()`), qid).Scan(&floor))
-	candidateBuffers := func(from *time.Time) int {
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		var plan []byte
-		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sqlstore.PopCandidatesSQL(st.Schema()),
-			qid, reginatype.QueueModeGroup, 1, from).Scan(&plan))
-		b, _ := planBuffers(t, plan)
-		return b
-	}
-	head, fromFloor := candidateBuffers(nil), candidateBuffers(&floor)
+	head, fromFloor := candidateBuffers(t, pool, st, qid, nil), candidateBuffers(t, pool, st, qid, &floor)
 	t.Logf("candidate query beside a stranger in the same database: %d buffers from the head, %d from the floor", head, fromFloor)
 	require.Less(t, fromFloor*3, head, "the floor did not skip the dead versions")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,16 +24,34 @@ import (
 func TestVacuumCursorsShortensTheReadyIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	// A database of its own: the other tests' transactions in the shared
-	// test database would hold back the vacuum as much as the stranger.
+	st, pool, qid := churnBesideStranger(t, "vac", false)
+	before := candidateBuffers(t, pool, st, qid, nil)
+	require.NoError(t, st.VacuumCursors(ctx))
+	after := candidateBuffers(t, pool, st, qid, nil)
+	t.Logf("candidate query: %d buffers before the vacuum, %d after", before, after)
+	require.Less(t, after*3, before, "the vacuum left the dead versions in the ready index")
+}
+
+// churnBesideStranger opens a store (schema and queue name) in a database of
+// its own, so that the other tests' transactions in the shared test
+// database hold back nothing here; holds a transaction with an id open in
+// that database (sameDB) or in database postgres; pushes 8 partitions of 60
+// messages and pops and acks half of them one at a time: two new versions
+// of a cursor row each. It returns the store, a pool on its database and
+// the queue's id.
+func churnBesideStranger(t *testing.T, name string, sameDB bool) (*sqlstore.Store, *pgxpool.Pool, [16]byte) {
+	t.Helper()
+	ctx := context.Background()
 	u, err := url.Parse(sqlstoretest.URL(t))
 	require.NoError(t, err)
 	u.Path = "/" + sqlstoretest.Database(t)
-	st := sqlstoretest.OpenConfig(t, sqlstore.Config{URL: u.String(), Schema: "vac", MaxConns: 2})
+	st := sqlstoretest.OpenConfig(t, sqlstore.Config{URL: u.String(), Schema: name, MaxConns: 2})
 	pool, err := pgxpool.New(ctx, u.String())
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	u.Path = "/postgres"
+	if !sameDB {
+		u.Path = "/postgres"
+	}
 	stranger, err := pgx.Connect(ctx, u.String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stranger.Close(context.Background()) })
@@ -41,7 +60,7 @@ func TestVacuumCursorsShortensTheReadyIndex(t *testing.T) {
 
 	const parts, per = 8, 60
 	for p := range parts {
-		ref, err := st.EnsurePartition(ctx, "vac", fmt.Sprintf("p%d", p))
+		ref, err := st.EnsurePartition(ctx, name, fmt.Sprintf("p%d", p))
 		require.NoError(t, err)
 		var txids []string
 		for i := range per {
@@ -51,9 +70,8 @@ func TestVacuumCursorsShortensTheReadyIndex(t *testing.T) {
 		_, err = st.Push(ctx, b)
 		require.NoError(t, err)
 	}
-	// Pop and ack one at a time: two new versions of a cursor row each.
 	for range parts * per / 2 {
-		res, err := st.Pop(ctx, reginatype.PopRequest{Queue: "vac", Batch: 1})
+		res, err := st.Pop(ctx, reginatype.PopRequest{Queue: name, Batch: 1})
 		require.NoError(t, err)
 		require.Len(t, res.Messages, 1)
 		m := res.Messages[0]
@@ -62,20 +80,21 @@ func TestVacuumCursorsShortensTheReadyIndex(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var qid [16]byte
-	require.NoError(t, pool.QueryRow(ctx, schemaSQL(st, `SELECT id FROM queen.queues WHERE name = 'vac'`)).Scan(&qid))
-	candidateBuffers := func() int {
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		var plan []byte
-		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sqlstore.PopCandidatesSQL(st.Schema()),
-			qid, reginatype.QueueModeGroup, 1, nil).Scan(&plan))
-		b, _ := planBuffers(t, plan)
-		return b
-	}
-	before := candidateBuffers()
-	require.NoError(t, st.VacuumCursors(ctx))
-	after := candidateBuffers()
-	t.Logf("candidate query: %d buffers before the vacuum, %d after", before, after)
-	require.Less(t, after*3, before, "the vacuum left the dead versions in the ready index")
+	require.NoError(t, pool.QueryRow(ctx, schemaSQL(st, `SELECT id FROM queen.queues WHERE name = $1`), name).Scan(&qid))
+	return st, pool, qid
+}
+
+// candidateBuffers is the buffers the candidate query of queue qid's queue
+// mode reads for one candidate, from floor (nil: from the head).
+func candidateBuffers(t *testing.T, pool *pgxpool.Pool, st *sqlstore.Store, qid [16]byte, floor *time.Time) int {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var plan []byte
+	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sqlstore.PopCandidatesSQL(st.Schema()),
+		qid, reginatype.QueueModeGroup, 1, floor).Scan(&plan))
+	b, _ := planBuffers(t, plan)
+	return b
 }
