@@ -266,7 +266,11 @@ func (s *Store) readCandidates(ctx context.Context, tx querier, q *queueInfo, gr
 		}
 		oldest, at = head, nil
 	}
-	if !oldest.IsZero() {
+	if oldest.IsZero() {
+		// Nothing ready: the next pop scans from the head at once (an
+		// idle group's polls cost one scan, not two).
+		s.floors.forget(q.id, group)
+	} else {
 		s.floors.raise(q.id, group, oldest, at == nil, now)
 	}
 	return candidates, nil

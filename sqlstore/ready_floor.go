@@ -26,7 +26,8 @@ import (
 // locked) is still served: when a scan from the floor finds fewer rows than
 // it asked for, the pop scans from the head too, and a floor older than
 // readyFloorTTL is not used, so such a row waits at most that long behind
-// rows that became ready after it.
+// rows that became ready after it. A scan that finds nothing at all drops
+// the floor: an idle group's polls scan once, from the head.
 
 // readyFloorTTL is how long a floor is used before a scan from the head
 // sets a new one.
@@ -85,4 +86,11 @@ func (f *readyFloors) raise(queue [16]byte, group string, at time.Time, fromHead
 	case at.After(fl.at):
 		f.lru.Add(k, floor{at: at, set: fl.set})
 	}
+}
+
+// forget drops the group's floor: its last scan found nothing ready.
+func (f *readyFloors) forget(queue [16]byte, group string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lru.Remove(floorKey{queue, group})
 }
