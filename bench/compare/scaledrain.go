@@ -319,8 +319,9 @@ func (h *harness) writeDrain() (string, error) {
 		slices.Sort(ages)
 		fmt.Fprintf(&b, "- Oldest transaction holding an id anywhere in the cluster during the drain (sampled every 0.5 s): median %s, max %s.\n"+
 			"  A consumer group's catch-up no longer depends on it (its horizon is its last snapshot), but while it holds an\n"+
-			"  id PostgreSQL keeps the cursor rows' dead versions in the ready index, which pops then read through (the\n"+
-			"  broker's vacuum of the cursor table, CURSOR_VACUUM_INTERVAL, removes them unless it is in this database).",
+			"  id PostgreSQL keeps the cursor rows' dead versions in the ready index (the broker's vacuum of the cursor\n"+
+			"  table, CURSOR_VACUUM_INTERVAL, removes them unless it is in this database); pops start their scan at the\n"+
+			"  group's ready floor, above the dead entries that pile up at the head.",
 			ages[len(ages)/2].Round(time.Second), ages[len(ages)-1].Round(time.Second))
 		young, yt := d.rateWhile(func(age time.Duration) bool { return age < 10*time.Second })
 		old, ot := d.rateWhile(func(age time.Duration) bool { return age >= time.Minute })
