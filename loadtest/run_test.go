@@ -99,7 +99,7 @@ func runLoadtest(t *testing.T, args ...string) (int, *Report, string) {
 // errors, retried like a 5xx. The -json and -plot folders are created.
 func TestRunAgainstQueen(t *testing.T) {
 	t.Parallel()
-	q := &fakeQueen{errorEvery: 7}
+	q := &fakeQueen{errorEvery: 2} // the second push already fails: a loaded machine may fit few pushes in 300 ms
 	srv := httptest.NewServer(q)
 	defer srv.Close()
 	dir := t.TempDir()
@@ -119,7 +119,7 @@ func TestRunAgainstQueen(t *testing.T) {
 	require.Empty(t, tot.HTTPErrors)
 	require.Zero(t, tot.NetworkErrors)
 	require.Zero(t, tot.BadAnswers)
-	// Every 7th push was a database error: some retried into success, the
+	// Every 2nd push was a database error: some retried into success, the
 	// rest are counted as errors, never as acknowledged.
 	require.Positive(t, tot.Retries)
 	require.Equal(t, tot.Items, tot.Queued+tot.ErrorItems)
